@@ -1,0 +1,3 @@
+"""courtly: a polite, persistent web crawler."""
+
+__version__ = "0.1.0"

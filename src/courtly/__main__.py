@@ -1,0 +1,5 @@
+"""`python -m courtly`."""
+
+from courtly.cli import main
+
+main()

@@ -1,0 +1,249 @@
+"""The `courtly` command."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from courtly.config import ConfigError, CrawlConfig, load_config
+from courtly.store import Store, StoreError, open_store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, status: int = 2) -> NoReturn:
+    """Print one clear line and exit."""
+    click.echo(f"courtly: {message}", err=True)
+    sys.exit(status)
+
+
+def db_option(func: F) -> F:
+    """--db, shared by every command."""
+    return click.option(
+        "--db", default=None, help="Crawl database: a file path or a postgresql:// URL."
+    )(func)
+
+
+def config_options(func: F) -> F:
+    """The options that map to configuration keys."""
+    options = [
+        click.option("--config", "config_path", type=click.Path(), help="TOML config file."),
+        db_option,
+        click.option("--seeds-file", type=click.Path(), help="File with one seed URL per line."),
+        click.option("--user-agent", help="User-Agent header (its product token is ours)."),
+        click.option("--strategy", help="Built-in strategy name or module:Class."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def build_config(config_path: str | None, **flags: Any) -> CrawlConfig:
+    """Load the config file and apply the flags, or exit 2 with the reason."""
+    try:
+        return load_config(config_path, flags)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def read_seeds(config: CrawlConfig) -> list[str]:
+    """Seeds from the config/flags and --seeds-file, validated and normalized."""
+    from courtly.urls import normalize
+
+    raw = list(config.seeds)
+    if config.seeds_file:
+        try:
+            text = Path(config.seeds_file).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            fail(f"cannot read seeds file {config.seeds_file}: {exc.strerror}")
+        raw += [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    seeds = []
+    for seed in raw:
+        url = normalize(seed, None, config.normalize)
+        if url is None:
+            fail(f"invalid seed URL (need an absolute http or https URL): {seed!r}")
+        seeds.append(url)
+    return seeds
+
+
+def open_db(db: str, must_exist: bool = False) -> Store:
+    """Open the crawl database or exit with one line."""
+    if must_exist and "://" not in db and not Path(db).exists():
+        fail(f"no crawl database at {db}")
+    try:
+        return open_store(db)
+    except StoreError as exc:
+        fail(str(exc), 1)
+
+
+def inject_seeds(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
+    """Pass seeds through the strategy's read_seeds; returns how many became candidates."""
+    from courtly.model import Link
+    from courtly.strategy import StrategyError, load_strategy
+    from courtly.urls import normalize, origin_of
+
+    try:
+        strategy = load_strategy(config.strategy)
+    except StrategyError as exc:
+        fail(str(exc))
+    strategy.read_seeds(io.StringIO("\n".join(seeds)))
+    links = []
+    for item in strategy.take_scheduled():
+        url = normalize(item.request.url, None, config.normalize)
+        if url is not None:
+            links.append(Link(url, origin_of(url), 0, item.score))
+    store.add_origins(sorted({lk.origin for lk in links}))
+    return store.add_links(links)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="courtly")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def main(verbose: int) -> None:
+    """courtly: a polite, persistent web crawler."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
+
+
+@main.command()
+@click.argument("seeds", nargs=-1)
+@config_options
+@click.option("--max-actions", type=int, help="Stop after this many crawl actions.")
+@click.option("--min-delay", type=float, help="Minimum seconds between requests to one origin.")
+@click.option("--concurrency", type=int, help="Origins crawled at once.")
+@click.option("--force-recrawl", is_flag=True, default=None, help="Treat every URL as due.")
+@click.option(
+    "--progress", type=click.Choice(["auto", "live", "log", "off"]), help="Progress display."
+)
+def crawl(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> None:
+    """Crawl the seeds' origins (with no seeds: resume the crawl in --db)."""
+    config = build_config(config_path, seeds=seeds, **flags)
+    seed_urls = read_seeds(config)
+    if not seed_urls and "://" not in config.db and not Path(config.db).exists():
+        fail(f"no seeds given and no crawl database at {config.db} to resume")
+    store = open_db(config.db)
+    try:
+        status = _crawl(store, config, seed_urls)
+    except StoreError as exc:
+        fail(str(exc), 1)
+    finally:
+        store.close()
+    sys.exit(status)
+
+
+def _crawl(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
+    from courtly.crawler import Crawler
+    from courtly.progress import Progress
+    from courtly.strategy import StrategyError, load_strategy
+
+    if seeds:
+        inject_seeds(store, config, seeds)
+    if not store.configured_origins():
+        fail("the crawl database has no origins: give seed URLs")
+    try:
+        strategy = load_strategy(config.strategy)
+    except StrategyError as exc:
+        fail(str(exc))
+    progress = Progress(config.progress)
+    crawler = Crawler(config, store, strategy, on_progress=progress.update)
+    _install_uvloop()
+    with progress:
+        stats = asyncio.run(crawler.run())
+    progress.summary(stats)
+    return 1 if stats.stop_reason.startswith("database error") else 0
+
+
+def _install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is optional on some platforms
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+@main.command("add-seeds")
+@click.argument("seeds", nargs=-1)
+@config_options
+def add_seeds(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> None:
+    """Add seeds (through the strategy's read_seeds) without crawling."""
+    config = build_config(config_path, seeds=seeds, **flags)
+    seed_urls = read_seeds(config)
+    if not seed_urls:
+        fail("no seeds given")
+    store = open_db(config.db)
+    try:
+        added = inject_seeds(store, config, seed_urls)
+    except StoreError as exc:
+        fail(str(exc), 1)
+    finally:
+        store.close()
+    click.echo(f"{added} new crawl candidates from {len(seed_urls)} seeds in {config.db}")
+
+
+@main.command()
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl")
+@click.option("--out", type=click.Path(), help="Output file (default: standard output).")
+def export(db: str | None, fmt: str, out: str | None) -> None:
+    """One record per crawl candidate."""
+    from courtly.store.sqlite import EXPORT_COLUMNS
+
+    store = open_db(db or CrawlConfig().db, must_exist=True)
+    try:
+        stream = open(out, "w", encoding="utf-8", newline="") if out else sys.stdout  # noqa: SIM115
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror}")
+    try:
+        if fmt == "csv":
+            writer = csv.DictWriter(stream, fieldnames=list(EXPORT_COLUMNS))
+            writer.writeheader()
+            for record in store.export():
+                writer.writerow(record)
+        else:
+            for record in store.export():
+                stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+    except StoreError as exc:
+        fail(str(exc), 1)
+    finally:
+        if out:
+            stream.close()
+        store.close()
+
+
+@main.command()
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def stats(db: str | None, as_json: bool) -> None:
+    """Counts by link state, exit code and origin."""
+    from courtly.progress import print_stats
+
+    store = open_db(db or CrawlConfig().db, must_exist=True)
+    try:
+        data = store.stats()
+    except StoreError as exc:
+        fail(str(exc), 1)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        print_stats(data)
+
+
+@main.command()
+@click.option("--port", type=int, default=0, help="First port of the demo site (0: any free).")
+@click.option("--db", default="courtly-demo.db", help="Crawl database for the demo.")
+def demo(port: int, db: str) -> None:
+    """Serve a small bundled multi-origin site on 127.0.0.1, crawl it, show the stats."""
+    from courtly.demo import run_demo
+
+    sys.exit(run_demo(port, db))

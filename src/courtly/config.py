@@ -1,0 +1,182 @@
+"""The crawl configuration: a TOML file, overridden by CLI flags, validated with clear errors."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class ConfigError(Exception):
+    """A user's configuration mistake; the message is one line naming the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Politeness(_Section):
+    """Delays, backoff and patience (docs/politeness.md)."""
+
+    min_delay: float = Field(1.0, ge=0)
+    max_crawl_delay: float = Field(30.0, ge=0)
+    crawl_delay_above_cap: Literal["clamp", "skip"] = "clamp"
+    adaptive_factor: float = Field(0.0, ge=0)  # 0 turns the adaptive delay off
+    retry_after_cap: float = Field(600.0, ge=0)
+    backoff_base: float = Field(1.0, ge=0)
+    backoff_max: float = Field(300.0, ge=0)
+    backoff_forgive_after: float = Field(60.0, ge=0)
+    patience: int = Field(5, ge=1)
+    max_retries: int = Field(3, ge=0)
+
+
+class Robots(_Section):
+    """robots.txt handling (RFC 9309)."""
+
+    obey: bool = True
+    expiry: float = Field(1800.0, gt=0)
+    max_size: int = Field(512 * 1024, ge=500 * 1024)
+    max_redirects: int = Field(5, ge=0)
+    stale_cache_limit: float = Field(86400.0, ge=0)
+
+
+class Limits(_Section):
+    """Per-request limits (docs/reliability.md)."""
+
+    connect_timeout: float = Field(10.0, gt=0)
+    first_byte_timeout: float = Field(20.0, gt=0)
+    read_timeout: float = Field(20.0, gt=0)
+    total_timeout: float = Field(60.0, gt=0)
+    max_body_size: int = Field(10 * 1024 * 1024, gt=0)
+    max_decompressed_size: int = Field(50 * 1024 * 1024, gt=0)
+    max_header_size: int = Field(64 * 1024, gt=0)
+    max_header_count: int = Field(100, gt=0)
+    max_links_per_page: int = Field(5000, gt=0)
+    max_redirect_chain: int = Field(10, ge=1)
+    allow_private_addresses: bool = False
+
+
+class Normalize(_Section):
+    """URL normalization rules (docs/urls.md); each is switchable."""
+
+    sort_query: bool = True
+    remove_params: list[str] = Field(
+        default_factory=lambda: [
+            "utm_*", "gclid", "fbclid", "msclkid", "mc_cid", "mc_eid", "_ga", "yclid",
+        ]
+    )
+    drop_fragment: bool = True
+    collapse_slashes: bool = False
+    drop_index: bool = False
+    drop_trailing_slash: bool = False
+
+
+class Policies(_Section):
+    """Which URLs are refused (docs/urls.md)."""
+
+    scope: Literal["origin", "host", "subdomains", "domain"] = "origin"
+    do_not_crawl: list[str] = Field(default_factory=list)
+    allow: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+    url_query_parameters: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Traps(_Section):
+    """Trap guards; 0 disables a guard."""
+
+    max_url_length: int = Field(2048, ge=0)
+    max_path_depth: int = Field(32, ge=0)
+    max_segment_repeats: int = Field(3, ge=0)
+    max_query_params: int = Field(16, ge=0)
+    max_depth: int = Field(0, ge=0)
+    max_pages_per_origin: int = Field(0, ge=0)
+
+
+class Recrawl(_Section):
+    """Recrawl intervals in seconds by exit code category (docs/recrawl.md)."""
+
+    ok: float = Field(7 * 86400.0, ge=0)
+    error: float = Field(86400.0, ge=0)
+    blocked: float = Field(1800.0, ge=0)
+    redirect: float = Field(7 * 86400.0, ge=0)
+    min_interval: float = Field(3600.0, ge=0)
+    max_interval: float = Field(90 * 86400.0, ge=0)
+    adaptive: bool = True
+
+
+class Dedup(_Section):
+    """Duplicate content detection."""
+
+    exact: bool = True
+    near: bool = True
+    max_distance: int = Field(3, ge=0, le=64)
+    follow_links_of_duplicates: bool = True
+
+
+class CrawlConfig(_Section):
+    """The whole crawl configuration."""
+
+    seeds: list[str] = Field(default_factory=list)
+    seeds_file: str | None = None
+    db: str = "courtly.db"
+    max_actions: int = Field(0, ge=0)  # 0: no budget
+    min_delay: float | None = Field(None, ge=0)  # shorthand for politeness.min_delay
+    concurrency: int = Field(32, ge=1)
+    user_agent: str = "courtly/0.1 (+https://example.invalid/courtly)"
+    strategy: str = "breadth-first"
+    obey_robots: bool | None = None  # shorthand for robots.obey
+    store_content: bool = True
+    force_recrawl: bool = False
+    progress: Literal["auto", "live", "log", "off"] = "auto"
+    politeness: Politeness = Field(default_factory=Politeness)
+    robots: Robots = Field(default_factory=Robots)
+    limits: Limits = Field(default_factory=Limits)
+    normalize: Normalize = Field(default_factory=Normalize)
+    policies: Policies = Field(default_factory=Policies)
+    traps: Traps = Field(default_factory=Traps)
+    recrawl: Recrawl = Field(default_factory=Recrawl)
+    dedup: Dedup = Field(default_factory=Dedup)
+
+    def model_post_init(self, __context: Any) -> None:
+        """Fold the top-level shorthands into their sections."""
+        if self.min_delay is not None:
+            self.politeness.min_delay = self.min_delay
+        if self.obey_robots is not None:
+            self.robots.obey = self.obey_robots
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    return f"{key}: {msg}"
+
+
+def load_config(path: str | None, overrides: dict[str, Any]) -> CrawlConfig:
+    """Read the TOML file (if any), apply CLI overrides (None values ignored), validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    for key, value in overrides.items():
+        if value is None or value == () or value == []:
+            continue
+        if key == "seeds":
+            data["seeds"] = list(data.get("seeds", [])) + list(value)
+        else:
+            data[key] = value
+    try:
+        return CrawlConfig.model_validate(data)
+    except ValidationError as exc:
+        where = f"{path}: " if path else ""
+        raise ConfigError(f"{where}{_first_error(exc)}") from None

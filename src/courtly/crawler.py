@@ -1,0 +1,513 @@
+"""The crawl loop: origin crawlers take turns through the penalty box; one URL, top to bottom.
+
+Follow a URL: `_turn` → `_next_candidate` (todo list, policy, robots.txt) → `_crawl` (fetch,
+classify) → `_crawl_page` (parse, canonical, meta robots, duplicates) → `_links` (strategy,
+scope) → `_record` (one store transaction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import xxhash
+
+from courtly import clock
+from courtly.config import CrawlConfig
+from courtly.fetch import Fetcher, FetchError, Response
+from courtly.model import (
+    COMPLETED,
+    COSTS_PATIENCE,
+    RETRY_IN_RUN,
+    Candidate,
+    CrawlAction,
+    ExitCode,
+    Link,
+)
+from courtly.parse import parse_html, robots_directives
+from courtly.policy import Policy
+from courtly.recrawl import next_due
+from courtly.robots import RobotsRules, product_token, rules_for_status
+from courtly.scheduler import (
+    OriginCrawler,
+    PenaltyBox,
+    delay_for,
+    effective_crawl_delay,
+    rate_limit_pause,
+    retry_after_seconds,
+)
+from courtly.store import Store, StoreError
+from courtly.strategy import CrawlingStrategy, Request
+from courtly.strategy import Response as StrategyResponse
+from courtly.urls import host_of, normalize, origin_of
+
+log = logging.getLogger("courtly")
+
+TODO_BATCH = 64
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+@dataclass
+class CrawlStats:
+    """Live counters for progress display and the end-of-crawl summary."""
+
+    started: float = field(default_factory=time.monotonic)
+    actions: int = 0
+    requests: int = 0
+    exit_codes: Counter[str] = field(default_factory=Counter)
+    origins_total: int = 0
+    origins_finished: int = 0
+    in_flight: int = 0
+    stop_reason: str = ""
+
+    @property
+    def rate(self) -> float:
+        """Crawl actions per second since the start."""
+        return self.actions / max(1e-9, time.monotonic() - self.started)
+
+
+class Crawler:
+    """Runs one crawl over the configured origins until done, out of budget, or stopped."""
+
+    def __init__(
+        self,
+        config: CrawlConfig,
+        store: Store,
+        strategy: CrawlingStrategy,
+        on_progress: Callable[[CrawlStats], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.strategy = strategy
+        self.token = product_token(config.user_agent)
+        self.origins = store.configured_origins()
+        self.policy = Policy(config.policies, config.traps, [o + "/" for o in self.origins])
+        self.stats = CrawlStats(origins_total=len(self.origins))
+        self.box = PenaltyBox()
+        self.crawlers: dict[str, OriginCrawler] = {}
+        self.on_progress = on_progress
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(config.concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.run_id = 0
+        self.fetcher: Fetcher
+
+    # -- the run -----------------------------------------------------------------------
+    async def run(self) -> CrawlStats:
+        """Crawl until every origin is finished, the budget is spent, or a signal arrives."""
+        self.run_id = self.store.begin_run()
+        if not self.config.robots.obey:
+            log.warning("obey_robots is off: robots.txt is ignored for every origin")
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop, f"stopped by {signal.Signals(sig).name}")
+        hosts = {host_of(o + "/") for o in self.origins}
+        async with Fetcher(
+            self.config.limits, self.config.user_agent, self.config.concurrency, hosts
+        ) as self.fetcher:
+            for origin in self.origins:
+                self._add_crawler(origin)
+            progress = asyncio.create_task(self._report_progress())
+            try:
+                await self._dispatch()
+            finally:
+                progress.cancel()
+                await self._drain()
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+        if not self.stats.stop_reason:
+            self.stats.stop_reason = "finished: no origin has work left"
+            self.store.finish_run(self.run_id)
+        self.strategy.close()
+        if self.on_progress:
+            self.on_progress(self.stats)
+        return self.stats
+
+    def stop(self, reason: str) -> None:
+        """Stop dispatching new turns; in-flight requests get a short grace period."""
+        if not self.stats.stop_reason:
+            self.stats.stop_reason = reason
+        self._stop.set()
+        self._wake.set()
+
+    def _add_crawler(self, origin: str) -> None:
+        state = self.store.load_origin(origin)
+        crawler = OriginCrawler(origin, state, patience=self.config.politeness.patience)
+        self.crawlers[origin] = crawler
+        wait = max(0.0, state.backoff_until - clock.now())
+        self.box.push(crawler, time.monotonic() + wait)
+        self._wake.set()
+
+    async def _dispatch(self) -> None:
+        """Release origins from the penalty box as their time comes, up to --concurrency."""
+        while not self._stop.is_set():
+            at = self.box.peek_time()
+            if at is None:
+                if not self._tasks:
+                    return
+                self._wake.clear()
+                await self._wait(None)
+                continue
+            delay = at - time.monotonic()
+            if delay > 0:
+                self._wake.clear()
+                await self._wait(delay)
+                continue
+            await self._slots.acquire()
+            if self._stop.is_set():
+                self._slots.release()
+                return
+            crawler = self.box.pop()
+            task = asyncio.create_task(self._run_turn(crawler))
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._wake.set()
+
+    async def _wait(self, timeout: float | None) -> None:
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def _drain(self) -> None:
+        """Let in-flight turns finish for a moment, then cancel them (their URLs stay queued)."""
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=2.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _run_turn(self, crawler: OriginCrawler) -> None:
+        self.stats.in_flight += 1
+        try:
+            at = await self._turn(crawler)
+        except StoreError as exc:
+            log.error("database error: %s", exc)
+            crawler.patience = 0  # a database error finishes the origin at once
+            self.stop(f"database error: {exc}")
+            at = None
+        finally:
+            self.stats.in_flight -= 1
+            self._slots.release()
+        if at is None:
+            self._finish(crawler)
+        else:
+            self.box.push(crawler, at)
+        self._wake.set()
+
+    def _finish(self, crawler: OriginCrawler) -> None:
+        crawler.finished = True
+        self.stats.origins_finished += 1
+        log.info("%s finished: %s", crawler.origin, crawler.finish_reason or "done")
+
+    # -- one turn of one origin ----------------------------------------------------------
+    async def _turn(self, crawler: OriginCrawler) -> float | None:
+        """Do one thing for this origin; return when it may go again, or None when finished."""
+        if crawler.patience <= 0:
+            crawler.finish_reason = crawler.finish_reason or "out of patience"
+            return None
+        if self.config.robots.obey and (
+            crawler.robots is None or time.monotonic() >= crawler.robots_expires
+        ):
+            if time.monotonic() < crawler.next_request_at:
+                return crawler.next_request_at
+            if not self._load_cached_robots(crawler):
+                await self._fetch_robots(crawler)
+                return None if crawler.patience <= 0 else crawler.next_request_at
+        if effective_crawl_delay(crawler.state.crawl_delay, self.config.politeness) is None:
+            crawler.finish_reason = f"Crawl-delay {crawler.state.crawl_delay}s is above the cap"
+            return None
+        candidate = self._next_candidate(crawler)
+        if candidate is None:
+            return None
+        if time.monotonic() < crawler.next_request_at:
+            crawler.todo.appendleft(candidate)
+            return crawler.next_request_at
+        action = await self._crawl(crawler, candidate)
+        self._record(crawler, action)
+        if self.strategy.finished():
+            self.stop("the strategy reached its goal")
+        return None if crawler.patience <= 0 else crawler.next_request_at
+
+    def _next_candidate(self, crawler: OriginCrawler) -> Candidate | None:
+        """The next URL to fetch: refill the todo list, log the ones policy or robots refuse."""
+        traps = self.config.traps
+        while not self._stop.is_set():
+            if self._budget_spent():
+                self.stop(f"budget of {self.config.max_actions} crawl actions spent")
+                return None
+            if traps.max_pages_per_origin and crawler.pages_this_run >= traps.max_pages_per_origin:
+                crawler.finish_reason = f"trap: max_pages_per_origin {traps.max_pages_per_origin}"
+                return None
+            if not crawler.todo:
+                crawler.todo.extend(
+                    self.store.take_todo(crawler.origin, self.run_id, TODO_BATCH, self._due_time())
+                )
+                if not crawler.todo:
+                    return None
+            candidate = crawler.todo.popleft()
+            verdict = self.policy.check(candidate.url, candidate.depth)
+            if not verdict.allowed:
+                self._record_blocked(
+                    crawler, candidate, ExitCode.BLOCKED_URL_BY_LOCAL_POLICY, verdict.rule
+                )
+                continue
+            if crawler.robots is not None and not crawler.robots.allowed(candidate.url):
+                _, rule = crawler.robots.explain(candidate.url)
+                self._record_blocked(crawler, candidate, ExitCode.BLOCKED_BY_ROBOTS_TXT, rule)
+                continue
+            return candidate
+        return None
+
+    def _due_time(self) -> float:
+        return float("inf") if self.config.force_recrawl else clock.now()
+
+    def _budget_spent(self) -> bool:
+        budget = self.config.max_actions
+        return bool(budget) and self.stats.actions + self.stats.in_flight - 1 >= budget
+
+    def _record_blocked(
+        self, crawler: OriginCrawler, candidate: Candidate, code: ExitCode, rule: str
+    ) -> None:
+        action = CrawlAction(candidate, crawler.origin, code, clock.now(), detail=rule)
+        action.next_due = next_due(action, candidate, self.config.recrawl, self.config.robots)
+        self._record(crawler, action)
+
+    # -- robots.txt ----------------------------------------------------------------------
+    def _load_cached_robots(self, crawler: OriginCrawler) -> bool:
+        """Use the stored robots.txt if it has not expired (a resumed or repeated crawl)."""
+        state = crawler.state
+        if crawler.robots is not None or state.robots_fetched is None:
+            return False
+        age = clock.now() - state.robots_fetched
+        if state.robots_status is None or age >= self.config.robots.expiry:
+            return False
+        crawler.robots = self._parse_robots(state.robots_status, state.robots_body or b"")
+        crawler.robots_expires = time.monotonic() + self.config.robots.expiry - age
+        return True
+
+    def _parse_robots(self, status: int, body: bytes) -> RobotsRules:
+        return rules_for_status(status, body, self.config.user_agent, self.config.robots.max_size)
+
+    async def _fetch_robots(self, crawler: OriginCrawler) -> None:
+        """Fetch /robots.txt (following up to 5 redirects) and apply RFC 9309's status rules."""
+        rules = self.config.robots
+        url = crawler.origin + "/robots.txt"
+        status: int | None = None
+        body = b""
+        for _ in range(rules.max_redirects + 1):
+            try:
+                self.stats.requests += 1
+                resp = await self.fetcher.get(url, max_body=rules.max_size, truncate=True)
+            except FetchError as exc:
+                log.info("%s: robots.txt unreachable: %s", crawler.origin, exc.detail)
+                break
+            location = resp.headers.get("location")
+            if resp.status in _REDIRECTS and location:
+                target = normalize(location, url)
+                if target is None:
+                    break
+                url = target
+                continue
+            status, body = resp.status, resp.body
+            break
+        crawler.next_request_at = time.monotonic() + delay_for(crawler, self.config.politeness)
+        state = crawler.state
+        if status is None or status == 429 or status >= 500:
+            stale = state.robots_fetched is not None and state.robots_status is not None and (
+                clock.now() - state.robots_fetched < rules.stale_cache_limit
+            ) and state.robots_status < 500
+            if stale and state.robots_status is not None:
+                crawler.robots = self._parse_robots(state.robots_status, state.robots_body or b"")
+                crawler.robots_expires = time.monotonic() + min(rules.expiry, 60.0)
+                return
+            crawler.robots = None  # unavailable: nothing is crawled until it recovers
+            crawler.patience -= 1
+            crawler.finish_reason = f"robots.txt unavailable (status {status})"
+            pause = rate_limit_pause(crawler, None, self.config.politeness, time.monotonic())
+            crawler.next_request_at = max(crawler.next_request_at, time.monotonic() + pause)
+            return
+        crawler.robots = self._parse_robots(status, body)
+        crawler.robots_expires = time.monotonic() + rules.expiry
+        crawler.finish_reason = ""
+        state.robots_status, state.robots_body = status, body
+        state.robots_fetched = clock.now()
+        state.crawl_delay = crawler.robots.crawl_delay
+        state.sitemaps = list(crawler.robots.sitemaps)
+        self.store.save_origin(state)
+
+    # -- one crawl action ----------------------------------------------------------------
+    async def _crawl(self, crawler: OriginCrawler, candidate: Candidate) -> CrawlAction:
+        """Fetch one URL (conditionally when we know its validators) and classify the result."""
+        action = CrawlAction(candidate, crawler.origin, ExitCode.OK, clock.now())
+        headers = {}
+        if candidate.etag:
+            headers["If-None-Match"] = candidate.etag
+        if candidate.last_modified:
+            headers["If-Modified-Since"] = candidate.last_modified
+        started = time.monotonic()
+        self.stats.requests += 1
+        crawler.pages_this_run += 1
+        try:
+            resp = await self.fetcher.get(candidate.url, headers=headers or None)
+        except FetchError as exc:
+            action.exit_code, action.detail = exc.exit_code, exc.detail
+        else:
+            crawler.response_times.append(resp.elapsed)
+            self._classify(crawler, action, resp)
+        action.elapsed = time.monotonic() - started
+        delay = delay_for(crawler, self.config.politeness)
+        crawler.next_request_at = max(crawler.next_request_at, time.monotonic() + delay)
+        code = action.exit_code
+        if code in COSTS_PATIENCE:
+            crawler.patience -= 1
+            crawler.finish_reason = f"out of patience after {code}: {action.detail}"
+        elif action.http_status is not None:
+            crawler.patience = self.config.politeness.patience
+        if code in RETRY_IN_RUN and candidate.attempts < self.config.politeness.max_retries:
+            action.retry = True
+        return action
+
+    def _classify(self, crawler: OriginCrawler, action: CrawlAction, resp: Response) -> None:
+        """Exit code and results from the HTTP status, headers and body."""
+        status = resp.status
+        action.http_status = status
+        action.content_type = resp.headers.get("content-type")
+        action.content_length = len(resp.body)
+        action.etag = resp.headers.get("etag")
+        action.last_modified = resp.headers.get("last-modified")
+        if status in (429, 503):
+            action.exit_code = ExitCode.RATE_LIMITED
+            wait = retry_after_seconds(resp.headers.get("retry-after"), clock.now())
+            pause = rate_limit_pause(crawler, wait, self.config.politeness, time.monotonic())
+            crawler.next_request_at = time.monotonic() + pause
+            crawler.state.backoff_until = clock.now() + pause
+            action.detail = f"paused {pause:.1f}s"
+        elif status in _REDIRECTS:
+            target = normalize(resp.headers.get("location", ""), action.candidate.url)
+            action.exit_code = ExitCode.REDIRECT if target else ExitCode.HTTP_CLIENT_ERROR
+            action.redirect_target = target
+            if target:
+                self._links(action, [Request(target, action.candidate.depth)])
+        elif status == 304:
+            action.exit_code = ExitCode.NOT_MODIFIED
+        elif status >= 500:
+            action.exit_code = ExitCode.HTTP_SERVER_ERROR
+        elif status >= 400:
+            action.exit_code = ExitCode.HTTP_CLIENT_ERROR
+        elif status >= 300 or status < 200:
+            action.exit_code = ExitCode.PROTOCOL_ERROR
+            action.detail = f"unexpected status {status}"
+        elif not (action.content_type or "text/html").lower().startswith(_HTML_TYPES):
+            action.exit_code = ExitCode.UNSUPPORTED_CONTENT
+            action.content_hash = xxhash.xxh3_128_hexdigest(resp.body)
+        else:
+            self._crawl_page(action, resp)
+        if action.exit_code is not ExitCode.RATE_LIMITED and crawler.state.backoff_until:
+            crawler.state.backoff_until = 0.0
+
+    def _crawl_page(self, action: CrawlAction, resp: Response) -> None:
+        """An HTML page: directives, canonical, duplicates, content and links."""
+        url = action.candidate.url
+        page = parse_html(
+            resp.body, action.content_type, self.token,
+            self.config.limits.max_links_per_page, want_text=False,
+        )
+        noindex, nofollow = robots_directives(resp.headers.get("x-robots-tag", ""), self.token)
+        noindex |= page.noindex
+        nofollow |= page.nofollow
+        base = normalize(page.base, url) if page.base else None
+        base = base or url
+        if page.canonical:
+            canonical = normalize(page.canonical, base, self.config.normalize)
+            if canonical and canonical != url:
+                action.exit_code = ExitCode.NOT_CANONICAL
+                action.canonical = canonical
+                self._links(action, [Request(canonical, action.candidate.depth)])
+                return
+        action.content_hash = xxhash.xxh3_128_hexdigest(resp.body)
+        if noindex:
+            action.exit_code = ExitCode.NOINDEX
+        elif self.config.dedup.exact and (
+            original := self.store.find_hash(action.content_hash, url)
+        ):
+            action.exit_code = ExitCode.DUPLICATE_CONTENT
+            action.duplicate_of = original
+            if not self.config.dedup.follow_links_of_duplicates:
+                return
+        elif self.config.store_content:
+            action.body = resp.body
+        self.strategy.page_crawled(
+            StrategyResponse(self._request(action.candidate), resp.status, str(action.exit_code),
+                             resp.headers, resp.body, page.title)
+        )
+        if nofollow:
+            action.detail = "nofollow"
+            return
+        depth = action.candidate.depth + 1
+        seen: set[str] = set()
+        found: list[Request] = []
+        opts = self.config.normalize
+        for link in page.links:
+            if link.nofollow:
+                continue
+            target = normalize(link.href, base, opts)
+            if target is None or target in seen or target == url:
+                continue
+            seen.add(target)
+            if self.policy.in_scope(target):
+                found.append(Request(target, depth, meta={"anchor": link.text}))
+        self._links(action, found)
+
+    def _request(self, candidate: Candidate) -> Request:
+        return Request(candidate.url, candidate.depth, candidate.score)
+
+    def _links(self, action: CrawlAction, links: list[Request]) -> None:
+        """Pass links through the strategy; what it schedules in scope becomes candidates."""
+        request = self._request(action.candidate)
+        kept = self.strategy.filter_extracted_links(request, links)
+        self.strategy.links_extracted(request, kept)
+        action.links.extend(self._scheduled_links())
+
+    def _scheduled_links(self) -> list[Link]:
+        out = []
+        for item in self.strategy.take_scheduled():
+            url = normalize(item.request.url, None, self.config.normalize)
+            if url is None or item.dont_queue or not self.policy.in_scope(url):
+                continue
+            origin = origin_of(url)
+            out.append(Link(url, origin, item.request.depth, item.score))
+            if origin not in self.crawlers and self.policy.origin_for(url) == origin:
+                self.store.add_origins([origin])
+                self._add_crawler(origin)
+        return out
+
+    def _record(self, crawler: OriginCrawler, action: CrawlAction) -> None:
+        """Tell the strategy about errors, set the recrawl time, write it all in one transaction."""
+        if action.exit_code not in COMPLETED and not action.retry:
+            self.strategy.request_error(self._request(action.candidate), str(action.exit_code))
+        if not action.links:
+            action.links = self._scheduled_links()
+        if not action.retry:
+            action.next_due = next_due(
+                action, action.candidate, self.config.recrawl, self.config.robots
+            )
+        self.store.record(action, self.run_id)
+        self.stats.actions += 1
+        self.stats.exit_codes[str(action.exit_code)] += 1
+
+    async def _report_progress(self) -> None:
+        while self.on_progress is not None:
+            self.on_progress(self.stats)
+            await asyncio.sleep(0.5)
+

@@ -1,0 +1,62 @@
+"""`courtly demo`: a bundled three-origin site on 127.0.0.1, crawled into a fresh database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from courtly.site import LocalSite, Page, html
+
+ROBOTS = "User-agent: *\nDisallow: /private/\nCrawl-delay: 0.05\n"
+
+
+def demo_sites() -> dict[str, dict[str, Page]]:
+    """News, shop and blog: links, a redirect, canonical, noindex, nofollow, robots, a PDF."""
+    news: dict[str, Page] = {
+        "/robots.txt": Page(ROBOTS, headers={"Content-Type": "text/plain"}),
+        "/": Page(html("News", ["/world", "/sport", "/old-home", "/private/x", "/report.pdf",
+                                "/print/world", "/secret", "/links"])),
+        "/world": Page(html("World", ["/", "/sport", "/world#top"])),
+        "/sport": Page(html("Sport", ["/", "/world?b=2&a=1"])),
+        "/world?a=1&b=2": Page(html("World, sorted query", ["/"])),
+        "/old-home": Page("", 301, {"Location": "/"}),
+        "/print/world": Page(html("World (print)", [], '<link rel="canonical" href="/world">')),
+        "/secret": Page(html("Secret", ["/secret-child"], '<meta name="robots" content="noindex">')),
+        "/secret-child": Page(html("Secret child", [])),
+        "/links": Page(html("Links", ["/unfollowed"], '<meta name="robots" content="nofollow">')),
+        "/private/x": Page(html("Private", [])),
+        "/report.pdf": Page(b"%PDF-1.4 demo", headers={"Content-Type": "application/pdf"}),
+    }
+    shop = {
+        "/robots.txt": Page("User-agent: *\nAllow: /\n", headers={"Content-Type": "text/plain"}),
+        "/": Page(html("Shop", [f"/item/{i}" for i in range(1, 6)] + ["/gone"])),
+        **{f"/item/{i}": Page(html(f"Item {i}", ["/", f"/item/{i % 5 + 1}"])) for i in range(1, 6)},
+    }
+    blog = {"/": Page(html("Blog", ["/post/1", "/post/2"])),
+            "/post/1": Page(html("Post 1", ["/", "/post/2"])),
+            "/post/2": Page(html("Post 1", ["/", "/post/1"]))}
+    return {"news": news, "shop": shop, "blog": blog}
+
+
+def run_demo(port: int, db: str) -> int:
+    """Serve the demo site, crawl it with `courtly crawl`, then show `courtly stats`."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(db + suffix).unlink(missing_ok=True)
+    sites = demo_sites()
+    with LocalSite(sites, port) as site:
+        news, shop, blog = (site.url(n) for n in ("news", "shop", "blog"))
+        # the shop and the blog link to each other and to the news site
+        shop_home = sites["shop"]["/"]
+        assert isinstance(shop_home.body, str)
+        shop_home.body = shop_home.body.replace("</body>", f'<a href="{blog}">blog</a></body>')
+        print(f"demo site: {news} {shop} {blog}", flush=True)
+        command = [sys.executable, "-m", "courtly", "crawl", news, shop, blog, "--db", db,
+                   "--min-delay", "0.05", "--progress", "log"]
+        print("$ courtly crawl", " ".join(command[4:]), flush=True)
+        status = subprocess.call(command, env=os.environ.copy())
+        if status != 0:
+            return status
+    print(f"$ courtly stats --db {db}", flush=True)
+    return subprocess.call([sys.executable, "-m", "courtly", "stats", "--db", db])

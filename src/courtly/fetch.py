@@ -1,0 +1,256 @@
+"""The HTTP client: one pooled aiohttp session, no redirect following, bounded time and size."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import ssl
+import time
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import brotli
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+from yarl import URL
+
+from courtly.config import Limits
+from courtly.model import ExitCode
+
+_CHUNK = 16 * 1024
+
+
+@dataclass(slots=True)
+class Response:
+    """A received HTTP response with its (decoded) body."""
+
+    url: str
+    status: int
+    headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
+    body: bytes
+    elapsed: float
+
+
+class FetchError(Exception):
+    """A fetch that ended without a usable response, with the exit code to log."""
+
+    def __init__(self, exit_code: ExitCode, detail: str) -> None:
+        super().__init__(detail)
+        self.exit_code = exit_code
+        self.detail = detail
+
+
+def address_allowed(address: str, allowed_hosts: Iterable[str] = ()) -> bool:
+    """True for a public unicast address, or one the user allowed explicitly (a seed's own host)."""
+    if address in allowed_hosts:
+        return True
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+class GuardedResolver(AbstractResolver):
+    """Resolves names, then drops addresses the address guard refuses (so DNS cannot rebind)."""
+
+    def __init__(self, allowed_hosts: frozenset[str]) -> None:
+        self._inner = DefaultResolver()
+        self._allowed = allowed_hosts
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        """Resolve and filter."""
+        results = await self._inner.resolve(host, port, family)
+        if host in self._allowed:
+            return results
+        kept = [r for r in results if address_allowed(r["host"], self._allowed)]
+        if not kept:
+            raise _BlockedAddress(f"{host} resolves only to non-public addresses")
+        return kept
+
+    async def close(self) -> None:
+        """Close the inner resolver."""
+        await self._inner.close()
+
+
+class _BlockedAddress(OSError):
+    pass
+
+
+class _Decoder:
+    """Content-Encoding decoder with a cap on the decoded size (a bomb is cut off, not inflated)."""
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self._zlib: Any = None
+        self._brotli: Any = None
+        if encoding in ("gzip", "x-gzip"):
+            self._zlib = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            self._zlib = zlib.decompressobj(wbits=zlib.MAX_WBITS)  # zlib; raw deflate on retry
+            self._raw_fallback = True
+        elif encoding == "br":
+            self._brotli = brotli.Decompressor()
+        elif encoding not in ("", "identity"):
+            raise FetchError(ExitCode.PROTOCOL_ERROR, f"unsupported Content-Encoding: {encoding}")
+
+    def feed(self, data: bytes) -> bytes:
+        """Decode one chunk; raise TOO_LARGE past the limit, PROTOCOL_ERROR on garbage."""
+        room = self.limit - self.size + 1
+        try:
+            if self._zlib is not None:
+                try:
+                    out = self._zlib.decompress(data, room)
+                except zlib.error:
+                    if self.size or not getattr(self, "_raw_fallback", False):
+                        raise
+                    self._raw_fallback = False
+                    self._zlib = zlib.decompressobj(wbits=-zlib.MAX_WBITS)
+                    out = self._zlib.decompress(data, room)
+            elif self._brotli is not None:
+                out = self._brotli.process(data, output_buffer_limit=room)
+            else:
+                out = data
+            assert isinstance(out, bytes)
+        except (zlib.error, brotli.error) as exc:
+            raise FetchError(ExitCode.PROTOCOL_ERROR, f"bad compressed body: {exc}") from None
+        self.size += len(out)
+        if self.size > self.limit:
+            raise FetchError(ExitCode.TOO_LARGE, f"decoded body over {self.limit} bytes")
+        return out
+
+
+class Fetcher:
+    """Fetches single URLs with limits; redirects are returned, never followed."""
+
+    def __init__(
+        self,
+        limits: Limits,
+        user_agent: str,
+        concurrency: int,
+        allowed_hosts: Iterable[str] = (),
+    ) -> None:
+        self.limits = limits
+        self.user_agent = user_agent
+        self._allowed = frozenset(allowed_hosts)
+        self._concurrency = concurrency
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Fetcher:
+        resolver = None if self.limits.allow_private_addresses else GuardedResolver(self._allowed)
+        connector = aiohttp.TCPConnector(
+            limit=self._concurrency * 2,
+            limit_per_host=2,
+            ttl_dns_cache=300,
+            resolver=resolver,
+            enable_cleanup_closed=True,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers={"User-Agent": self.user_agent, "Accept-Encoding": "gzip, deflate, br"},
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            max_field_size=self.limits.max_header_size,
+            max_line_size=self.limits.max_header_size,
+            max_headers=self.limits.max_header_count,
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                connect=self.limits.connect_timeout,
+                sock_read=self.limits.read_timeout,
+            ),
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _check_literal_address(self, host: str) -> None:
+        if self.limits.allow_private_addresses or host in self._allowed:
+            return
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            return  # a name: the resolver guards it
+        if not address_allowed(host.strip("[]"), self._allowed):
+            raise FetchError(ExitCode.BLOCKED_ADDRESS, f"address {host} is not public")
+
+    async def get(
+        self,
+        url: str,
+        headers: dict[str, str] | None = None,
+        max_body: int | None = None,
+        truncate: bool = False,
+    ) -> Response:
+        """GET one URL; raise FetchError for timeouts, size limits and transport failures.
+
+        With truncate, a body over max_body is cut there instead of refused (robots.txt).
+        """
+        assert self._session is not None, "use 'async with Fetcher(...)'"
+        limit = max_body or self.limits.max_body_size
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self.limits.total_timeout):
+                host = URL(url).raw_host or ""
+                self._check_literal_address(host)
+                async with asyncio.timeout(self.limits.first_byte_timeout):
+                    resp = await self._session.get(url, headers=headers, allow_redirects=False)
+                async with resp:
+                    declared = resp.content_length
+                    if declared is not None and declared > limit and not truncate:
+                        raise FetchError(ExitCode.TOO_LARGE, f"Content-Length {declared} > {limit}")
+                    decoder = _Decoder(
+                        resp.headers.get("Content-Encoding", "").strip().lower(),
+                        self.limits.max_decompressed_size,
+                    )
+                    parts: list[bytes] = []
+                    received = 0
+                    async for chunk in resp.content.iter_chunked(_CHUNK):
+                        received += len(chunk)
+                        if received > limit:
+                            if not truncate:
+                                raise FetchError(ExitCode.TOO_LARGE, f"body over {limit} bytes")
+                            parts.append(decoder.feed(chunk[: limit - received]))
+                            break
+                        parts.append(decoder.feed(chunk))
+                    hdrs: dict[str, str] = {}
+                    for name, value in resp.headers.items():
+                        key = name.lower()
+                        hdrs[key] = f"{hdrs[key]}, {value}" if key in hdrs else value
+                    return Response(
+                        url, resp.status, hdrs, b"".join(parts), time.monotonic() - started
+                    )
+        except FetchError:
+            raise
+        except TimeoutError:
+            raise FetchError(
+                ExitCode.TIMEOUT, f"timed out after {time.monotonic() - started:.1f}s"
+            ) from None
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, _BlockedAddress):
+                raise FetchError(ExitCode.BLOCKED_ADDRESS, str(exc.os_error)) from None
+            if isinstance(exc, aiohttp.ClientSSLError):
+                raise FetchError(ExitCode.PROTOCOL_ERROR, f"TLS: {exc}") from None
+            raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {exc.os_error}") from None
+        except _BlockedAddress as exc:
+            raise FetchError(ExitCode.BLOCKED_ADDRESS, str(exc)) from None
+        except (aiohttp.ClientResponseError, aiohttp.ClientPayloadError) as exc:
+            raise FetchError(ExitCode.PROTOCOL_ERROR, _one_line(exc)) from None
+        except aiohttp.ServerDisconnectedError as exc:
+            raise FetchError(ExitCode.PROTOCOL_ERROR, _one_line(exc)) from None
+        except (aiohttp.ClientError, ssl.SSLError, OSError, ValueError) as exc:
+            raise FetchError(ExitCode.NETWORK_ERROR, _one_line(exc)) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.replace("\n", " ")[:300]

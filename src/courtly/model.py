@@ -1,0 +1,100 @@
+"""Plain data shared by the rooms: link states, exit codes, crawl actions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class LinkState(StrEnum):
+    """Frontera link states, persisted per crawl candidate."""
+
+    NOT_CRAWLED = "NOT_CRAWLED"
+    QUEUED = "QUEUED"
+    CRAWLED = "CRAWLED"
+    ERROR = "ERROR"
+
+
+class ExitCode(StrEnum):
+    """Why a crawl action ended. Extend, never overload."""
+
+    OK = "OK"
+    REDIRECT = "REDIRECT"
+    NOT_MODIFIED = "NOT_MODIFIED"
+    NOINDEX = "NOINDEX"
+    NOT_CANONICAL = "NOT_CANONICAL"
+    DUPLICATE_CONTENT = "DUPLICATE_CONTENT"
+    BLOCKED_BY_ROBOTS_TXT = "BLOCKED_BY_ROBOTS_TXT"
+    BLOCKED_URL_BY_LOCAL_POLICY = "BLOCKED_URL_BY_LOCAL_POLICY"
+    BLOCKED_ADDRESS = "BLOCKED_ADDRESS"
+    HTTP_CLIENT_ERROR = "HTTP_CLIENT_ERROR"
+    HTTP_SERVER_ERROR = "HTTP_SERVER_ERROR"
+    RATE_LIMITED = "RATE_LIMITED"
+    NETWORK_ERROR = "NETWORK_ERROR"
+    PROTOCOL_ERROR = "PROTOCOL_ERROR"
+    TIMEOUT = "TIMEOUT"
+    TOO_LARGE = "TOO_LARGE"
+    UNSUPPORTED_CONTENT = "UNSUPPORTED_CONTENT"
+    DATABASE_ERROR = "DATABASE_ERROR"
+
+
+#: exit codes that complete a crawl candidate (link state CRAWLED); the others leave it ERROR
+COMPLETED = frozenset(
+    {ExitCode.OK, ExitCode.REDIRECT, ExitCode.NOT_MODIFIED, ExitCode.NOINDEX,
+     ExitCode.NOT_CANONICAL, ExitCode.DUPLICATE_CONTENT, ExitCode.UNSUPPORTED_CONTENT,
+     ExitCode.BLOCKED_BY_ROBOTS_TXT, ExitCode.BLOCKED_URL_BY_LOCAL_POLICY}
+)
+#: exit codes after which the URL is retried later in the same run
+RETRY_IN_RUN = frozenset({ExitCode.RATE_LIMITED, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT})
+#: exit codes that cost the origin one point of patience
+COSTS_PATIENCE = frozenset({ExitCode.PROTOCOL_ERROR, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT})
+
+
+@dataclass(slots=True)
+class Candidate:
+    """A crawl candidate taken into an origin's todo list."""
+
+    id: int
+    url: str
+    depth: int
+    score: float = 1.0
+    etag: str | None = None
+    last_modified: str | None = None
+    content_hash: str | None = None
+    attempts: int = 0
+
+
+@dataclass(slots=True)
+class Link:
+    """A link found on a page (or a redirect / canonical target) to become a candidate."""
+
+    url: str
+    origin: str
+    depth: int
+    score: float = 1.0
+
+
+@dataclass(slots=True)
+class CrawlAction:
+    """Everything one crawl action produced, written by the store in one transaction."""
+
+    candidate: Candidate
+    origin: str
+    exit_code: ExitCode
+    started: float
+    elapsed: float = 0.0
+    http_status: int | None = None
+    detail: str | None = None
+    content_type: str | None = None
+    content_length: int | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    content_hash: str | None = None
+    body: bytes | None = None  # stored compressed when kept
+    text: str | None = None
+    redirect_target: str | None = None
+    canonical: str | None = None
+    duplicate_of: str | None = None
+    links: list[Link] = field(default_factory=list)
+    next_due: float = 0.0
+    retry: bool = False  # crawl again later in this run (rate limited, transient)

@@ -1,0 +1,117 @@
+"""HTML → links and page directives (selectolax), with charset detection that never fails."""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass, field
+
+from selectolax.lexbor import LexborHTMLParser
+
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
+_HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?([a-zA-Z0-9_.:-]+)""", re.I)
+_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
+         (codecs.BOM_UTF16_BE, "utf-16-be"))
+_SELECTOR = "a[href], area[href], base[href], link[rel][href], meta[name][content]"
+
+
+@dataclass(slots=True)
+class PageLink:
+    """A raw link as written in the page (not yet resolved)."""
+
+    href: str
+    text: str
+    nofollow: bool
+
+
+@dataclass(slots=True)
+class ParsedPage:
+    """What the crawler needs from one HTML page."""
+
+    base: str | None = None
+    links: list[PageLink] = field(default_factory=list)
+    canonical: str | None = None
+    noindex: bool = False
+    nofollow: bool = False
+    title: str | None = None
+    text: str = ""
+
+
+def _valid_codec(name: str) -> str | None:
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return None
+
+
+def decode(body: bytes, content_type: str | None) -> str:
+    """Decode a page: BOM, then the header charset, then <meta charset>, then UTF-8; never raises."""
+    for bom, enc in _BOMS:
+        if body.startswith(bom):
+            return body[len(bom):].decode(enc, errors="replace")
+    charset = None
+    if content_type:
+        m = _HEADER_CHARSET.search(content_type)
+        charset = _valid_codec(m.group(1)) if m else None
+    if charset is None:
+        m2 = _META_CHARSET.search(body[:4096])
+        charset = _valid_codec(m2.group(1).decode("ascii")) if m2 else None
+    if charset in (None, "utf-16-le", "utf-16-be", "utf-16", "utf-32"):  # a meta can't be UTF-16
+        charset = "utf-8"
+    try:
+        return body.decode(charset, errors="replace")
+    except (LookupError, ValueError):
+        return body.decode("utf-8", errors="replace")
+
+
+def robots_directives(value: str, token: str) -> tuple[bool, bool]:
+    """(noindex, nofollow) from a meta robots / X-Robots-Tag value for our product token."""
+    noindex = nofollow = False
+    for part in value.split(","):
+        words = part.strip().lower()
+        if ":" in words:
+            agent, _, words = words.partition(":")
+            if agent.strip() not in (token, "*") or not words.strip():
+                continue
+        for word in words.split():
+            if word in ("noindex", "none"):
+                noindex = True
+            if word in ("nofollow", "none"):
+                nofollow = True
+    return noindex, nofollow
+
+
+def parse_html(
+    body: bytes, content_type: str | None, token: str, max_links: int, want_text: bool = False
+) -> ParsedPage:
+    """Extract links, base href, canonical, meta robots, title and (optionally) text."""
+    html = decode(body, content_type)
+    tree = LexborHTMLParser(html)
+    page = ParsedPage()
+    robot_names = ("robots", token)
+    for node in tree.css(_SELECTOR):
+        tag = node.tag
+        attrs = node.attributes
+        if tag == "a" or tag == "area":
+            if len(page.links) < max_links:
+                rel = (attrs.get("rel") or "").lower().split()
+                page.links.append(
+                    PageLink(attrs.get("href") or "", node.text(strip=True) if tag == "a" else "",
+                             "nofollow" in rel)
+                )
+        elif tag == "base":
+            if page.base is None:
+                page.base = (attrs.get("href") or "").strip()
+        elif tag == "link":
+            if page.canonical is None and "canonical" in (attrs.get("rel") or "").lower().split():
+                page.canonical = (attrs.get("href") or "").strip()
+        elif tag == "meta" and (attrs.get("name") or "").strip().lower() in robot_names:
+            noindex, nofollow = robots_directives(attrs.get("content") or "", token)
+            page.noindex |= noindex
+            page.nofollow |= nofollow
+    title = tree.css_first("title")
+    if title is not None:
+        page.title = title.text(strip=True)[:1000]
+    if want_text and tree.body is not None:
+        page.text = tree.body.text(separator=" ", strip=True)
+    return page

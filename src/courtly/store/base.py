@@ -1,0 +1,88 @@
+"""The store interface and the per-origin state it persists."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from courtly.model import Candidate, CrawlAction, Link
+
+
+class StoreError(Exception):
+    """The crawl database failed (locked, full, corrupt, unreachable); one line for the user."""
+
+
+@dataclass(slots=True)
+class OriginState:
+    """Per-origin metadata that persists across runs (robots.txt, delays, counts)."""
+
+    origin: str
+    robots_body: bytes | None = None
+    robots_status: int | None = None
+    robots_fetched: float | None = None
+    crawl_delay: float | None = None
+    backoff_until: float = 0.0
+    backoff_level: int = 0
+    sitemaps: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Store(Protocol):
+    """What the crawler needs from the crawl database. Only the store writes it."""
+
+    def add_links(self, links: list[Link]) -> int:
+        """Insert candidates (known URLs are a no-op, a higher score wins); returns rows added."""
+        ...
+
+    def add_origins(self, origins: list[str]) -> None:
+        """Make origins configured (crawled) origins."""
+        ...
+
+    def configured_origins(self) -> list[str]:
+        """The origins this crawl crawls."""
+        ...
+
+    def begin_run(self) -> int:
+        """Resume the unfinished run, or start a new one; returns its id."""
+        ...
+
+    def finish_run(self, run: int) -> None:
+        """Mark the run finished: the next invocation starts a new one."""
+        ...
+
+    def take_todo(self, origin: str, run: int, limit: int, now: float) -> list[Candidate]:
+        """Take candidates that are new or due and not taken this run, best score first."""
+        ...
+
+    def record(self, action: CrawlAction, run: int) -> None:
+        """Write one crawl action's results in one transaction."""
+        ...
+
+    def load_origin(self, origin: str) -> OriginState:
+        """The persisted state of an origin (empty if unknown)."""
+        ...
+
+    def save_origin(self, state: OriginState) -> None:
+        """Persist an origin's state."""
+        ...
+
+    def find_hash(self, content_hash: str, url: str) -> str | None:
+        """Another URL whose stored content has this fingerprint, if any."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counts by link state, exit code and origin."""
+        ...
+
+    def export(self) -> Iterator[dict[str, Any]]:
+        """One record per crawl candidate."""
+        ...
+
+    def candidate(self, url: str) -> dict[str, Any] | None:
+        """One candidate's record, if known."""
+        ...
+
+    def close(self) -> None:
+        """Close the connection."""
+        ...

@@ -1,0 +1,84 @@
+"""Schema migrations, shared by the SQLite and PostgreSQL backends (portable SQL only)."""
+
+from __future__ import annotations
+
+#: migration N brings the schema from version N-1 to N; never edit a released one, add a new one
+MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE origins (
+            origin TEXT PRIMARY KEY,
+            configured INTEGER NOT NULL DEFAULT 1,
+            robots_body BYTEA,
+            robots_status INTEGER,
+            robots_fetched DOUBLE PRECISION,
+            crawl_delay DOUBLE PRECISION,
+            backoff_until DOUBLE PRECISION NOT NULL DEFAULT 0,
+            backoff_level INTEGER NOT NULL DEFAULT 0,
+            sitemaps TEXT NOT NULL DEFAULT '[]',
+            metadata TEXT NOT NULL DEFAULT '{}'
+        )""",
+        """CREATE TABLE candidates (
+            id BIGSERIAL_PK,
+            url TEXT NOT NULL UNIQUE,
+            origin TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'NOT_CRAWLED',
+            depth INTEGER NOT NULL DEFAULT 0,
+            score DOUBLE PRECISION NOT NULL DEFAULT 1.0,
+            taken_run BIGINT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_crawl DOUBLE PRECISION,
+            next_due DOUBLE PRECISION,
+            recrawl_interval DOUBLE PRECISION,
+            exit_code TEXT,
+            http_status INTEGER,
+            etag TEXT,
+            last_modified TEXT,
+            content_hash TEXT,
+            simhash BIGINT,
+            content_type TEXT,
+            content_length BIGINT,
+            redirect_target TEXT,
+            canonical TEXT,
+            duplicate_of TEXT,
+            detail TEXT
+        )""",
+        "CREATE INDEX cand_fresh ON candidates (origin, score DESC, id) "
+        "WHERE state = 'NOT_CRAWLED'",
+        "CREATE INDEX cand_queued ON candidates (origin, taken_run) WHERE state = 'QUEUED'",
+        "CREATE INDEX cand_due ON candidates (origin, next_due) "
+        "WHERE state IN ('CRAWLED', 'ERROR')",
+        "CREATE INDEX cand_hash ON candidates (content_hash) WHERE content_hash IS NOT NULL",
+        """CREATE TABLE crawl_log (
+            id BIGSERIAL_PK,
+            run BIGINT NOT NULL,
+            url TEXT NOT NULL,
+            origin TEXT NOT NULL,
+            started DOUBLE PRECISION NOT NULL,
+            elapsed DOUBLE PRECISION NOT NULL,
+            exit_code TEXT NOT NULL,
+            http_status INTEGER,
+            content_type TEXT,
+            content_length BIGINT,
+            detail TEXT,
+            worker TEXT
+        )""",
+        "CREATE INDEX crawl_log_url ON crawl_log (url)",
+        """CREATE TABLE redirects (
+            url TEXT PRIMARY KEY,
+            target TEXT NOT NULL,
+            status INTEGER NOT NULL,
+            seen DOUBLE PRECISION NOT NULL
+        )""",
+        """CREATE TABLE content (
+            url TEXT PRIMARY KEY,
+            content_hash TEXT NOT NULL,
+            fetched DOUBLE PRECISION NOT NULL,
+            body BYTEA NOT NULL
+        )""",
+        """CREATE TABLE runs (
+            id BIGSERIAL_PK,
+            started DOUBLE PRECISION NOT NULL,
+            finished DOUBLE PRECISION
+        )""",
+    ],
+]

@@ -1,0 +1,93 @@
+"""Shared fixtures: real local sites, the real `courtly` command, the real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from courtly.cli import main
+from courtly.site import LocalSite, Page
+
+ROBOTS_TEXT = {"Content-Type": "text/plain"}
+
+
+@dataclass
+class Run:
+    """The outcome of one `courtly` invocation."""
+
+    status: int
+    out: str
+    err: str
+
+
+def courtly(*args: str) -> Run:
+    """Run the courtly command in-process (the real CLI, real network, real database)."""
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    return Run(result.exit_code, result.stdout, result.stderr)
+
+
+def courtly_process(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start the courtly command as a real subprocess."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "courtly", *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def rows(db: Path | str, sql: str, *params: Any) -> list[dict[str, Any]]:
+    """Query the crawl database directly."""
+    con = sqlite3.connect(str(db))
+    con.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in con.execute(sql, params)]
+    finally:
+        con.close()
+
+
+def candidates(db: Path | str) -> dict[str, dict[str, Any]]:
+    """Crawl candidates by URL, via `courtly export`."""
+    run = courtly("export", "--db", db)
+    assert run.status == 0, run.err
+    records = [json.loads(line) for line in run.out.splitlines()]
+    return {r["url"]: r for r in records}
+
+
+def fetched_paths(site: LocalSite, name: str) -> list[str]:
+    """Paths requested from one origin, robots.txt excluded, in arrival order."""
+    return [h.path for h in site.hits_for(name) if h.path != "/robots.txt"]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "crawl.db"
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """serve({name: {path: Page}}) → a started LocalSite, stopped after the test."""
+    started: list[LocalSite] = []
+
+    def start(sites: dict[str, dict[str, Any]]) -> LocalSite:
+        site = LocalSite(sites).__enter__()
+        started.append(site)
+        return site
+
+    yield start
+    for site in started:
+        site.__exit__(None, None, None)
+
+
+def robots(text: str) -> Page:
+    """A robots.txt page."""
+    return Page(text, headers=ROBOTS_TEXT)

@@ -1,0 +1,210 @@
+"""End to end: the core crawl loop against real HTTP servers on 127.0.0.1 and a real SQLite file."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+from collections import Counter
+from pathlib import Path
+
+import brotli
+
+from courtly.site import Page, html
+from tests.conftest import candidates, courtly, fetched_paths, robots, rows
+
+
+def site_pages() -> dict[str, Page]:
+    return {
+        "/robots.txt": robots("User-agent: *\nDisallow: /private/\n"),
+        "/": Page(html("Home", ["/a", "/b#frag", "/old", "/private/p", "/doc.pdf", "/missing",
+                                "/print", "/hidden", "/nf", "/q?b=2&a=1", "mailto:x@y.z"])),
+        "/a": Page(html("A", ["/", "/b", "a2"])),
+        "/a2": Page(html("A2", ["/"])),
+        "/b": Page(html("B", ["/a"])),
+        "/old": Page("", 301, {"Location": "/new"}),
+        "/new": Page(html("New", [])),
+        "/private/p": Page(html("Private", [])),
+        "/doc.pdf": Page(b"%PDF-1.4", headers={"Content-Type": "application/pdf"}),
+        "/print": Page(html("Print", ["/print-only"], '<link rel="canonical" href="/a">')),
+        "/print-only": Page(html("never linked from a kept page", [])),
+        "/hidden": Page(html("Hidden", ["/from-hidden"], '<meta name="robots" content="noindex">')),
+        "/from-hidden": Page(html("From hidden", [])),
+        "/nf": Page(html("NF", ["/nf-child"], '<meta name="robots" content="nofollow">')),
+        "/nf-child": Page(html("unreachable", [])),
+        "/q?a=1&b=2": Page(html("Q", [])),
+    }
+
+
+def test_crawls_every_allowed_page_once_with_directives(serve, db: Path) -> None:
+    site = serve({"one": site_pages(), "two": {"/": Page(html("Two", ["/x"])),
+                                               "/x": Page(html("X", []))}})
+    one, two = site.origins["one"], site.origins["two"]
+    # a link to the other configured origin, and one to an origin that is not configured
+    site.sites["one"]["/b"] = Page(html("B", ["/a", two + "/x", "http://127.0.0.1:9/elsewhere"]))
+    run = courtly("crawl", one + "/", two + "/", "--db", db, "--min-delay", "0.01")
+    assert run.status == 0, run.err
+
+    paths = fetched_paths(site, "one")
+    assert sorted(paths) == sorted(set(paths)), "a page was fetched twice"
+    assert set(paths) == {"/", "/a", "/a2", "/b", "/old", "/new", "/doc.pdf", "/missing",
+                          "/print", "/hidden", "/from-hidden", "/nf", "/q?a=1&b=2"}
+    assert set(fetched_paths(site, "two")) == {"/", "/x"}
+
+    cands = candidates(db)
+    code = {url.removeprefix(one): c["exit_code"] for url, c in cands.items()}
+    assert code["/"] == "OK"
+    assert code["/old"] == "REDIRECT"
+    assert cands[one + "/old"]["redirect_target"] == one + "/new"
+    assert code["/private/p"] == "BLOCKED_BY_ROBOTS_TXT"
+    assert code["/doc.pdf"] == "UNSUPPORTED_CONTENT"
+    assert cands[one + "/doc.pdf"]["content_type"] == "application/pdf"
+    assert code["/missing"] == "HTTP_CLIENT_ERROR"
+    assert cands[one + "/missing"]["state"] == "ERROR"
+    assert code["/print"] == "NOT_CANONICAL"
+    assert cands[one + "/print"]["canonical"] == one + "/a"
+    assert code["/hidden"] == "NOINDEX"
+    assert code["/from-hidden"] == "OK"  # noindex alone still follows links
+    assert "/nf-child" not in code  # nofollow: links not saved
+    assert "/print-only" not in code  # a non-canonical page's links are discarded
+    assert not any("9/elsewhere" in url for url in cands)  # not a configured origin
+    assert all(c["state"] in ("CRAWLED", "ERROR") for c in cands.values())
+
+    redirects = rows(db, "SELECT url, target, status FROM redirects")
+    assert redirects == [{"url": one + "/old", "target": one + "/new", "status": 301}]
+    stored = {r["url"] for r in rows(db, "SELECT url FROM content")}
+    assert one + "/" in stored
+    assert one + "/hidden" not in stored  # noindex: content not kept
+    log = rows(db, "SELECT url, exit_code FROM crawl_log")
+    assert Counter(r["url"] for r in log).most_common(1)[0][1] == 1
+
+
+def test_stats_and_export_formats(serve, db: Path, tmp_path: Path) -> None:
+    site = serve({"one": site_pages()})
+    assert courtly("crawl", site.url("one"), "--db", db, "--min-delay", "0").status == 0
+    stats = courtly("stats", "--db", db)
+    assert stats.status == 0
+    for word in ("CRAWLED", "BLOCKED_BY_ROBOTS_TXT", "REDIRECT", site.origins["one"]):
+        assert word in stats.out
+    out = tmp_path / "export.csv"
+    assert courtly("export", "--db", db, "--format", "csv", "--out", out).status == 0
+    lines = out.read_text().splitlines()
+    header = lines[0].split(",")
+    for column in ("url", "origin", "state", "exit_code", "http_status", "last_crawl",
+                   "content_type", "content_length", "redirect_target", "canonical", "depth"):
+        assert column in header
+    assert len(lines) == 1 + len(candidates(db))
+
+
+def test_min_delay_and_one_request_in_flight_per_origin(serve, db: Path) -> None:
+    pages = {"/": Page(html("Home", [f"/p{i}" for i in range(8)]))}
+    pages |= {f"/p{i}": Page(html(f"P{i}", []), delay=0.02) for i in range(8)}
+    site = serve({"a": dict(pages), "b": dict(pages)})
+    run = courtly("crawl", site.url("a"), site.url("b"), "--db", db, "--min-delay", "0.1",
+                  "--concurrency", "4")
+    assert run.status == 0, run.err
+    for name in ("a", "b"):
+        hits = site.hits_for(name)
+        assert len(hits) == 10  # robots.txt + 9 pages
+        for before, after in itertools.pairwise(hits):
+            assert after.arrived >= before.done, "two requests in flight to one origin"
+            assert after.arrived - before.done >= 0.1 - 0.005
+    # the two origins were crawled at the same time, taking turns
+    a, b = site.hits_for("a"), site.hits_for("b")
+    assert a[0].arrived < b[-1].arrived and b[0].arrived < a[-1].arrived
+
+
+def test_budget_then_resume_crawls_each_page_once(serve, db: Path) -> None:
+    pages = {"/": Page(html("Home", [f"/p{i}" for i in range(20)]))}
+    pages |= {f"/p{i}": Page(html(f"P{i}", ["/"])) for i in range(20)}
+    site = serve({"a": pages})
+    first = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--max-actions", "5")
+    assert first.status == 0
+    assert len(rows(db, "SELECT * FROM crawl_log")) == 5
+    second = courtly("crawl", "--db", db, "--min-delay", "0")
+    assert second.status == 0
+    paths = fetched_paths(site, "a")
+    assert sorted(paths) == sorted(set(paths)) and len(paths) == 21
+    log = rows(db, "SELECT url FROM crawl_log")
+    assert len(log) == 21 == len({r["url"] for r in log})
+    # finished: a third run has nothing due
+    third = courtly("crawl", "--db", db, "--min-delay", "0")
+    assert third.status == 0 and len(fetched_paths(site, "a")) == 21
+
+
+def test_encodings_and_charsets(serve, db: Path) -> None:
+    latin = html("Caf\xe9", ["/gz", "/br", "/bad"]).encode("latin-1")
+    gz = gzip.compress(html("GZ", ["/gz-child"]).encode())
+    br = brotli.compress(html("BR", ["/br-child"]).encode())
+    site = serve({"a": {
+        "/": Page(latin, headers={"Content-Type": "text/html; charset=iso-8859-1"}),
+        "/gz": Page(gz, headers={"Content-Type": "text/html", "Content-Encoding": "gzip"}),
+        "/br": Page(br, headers={"Content-Type": "text/html", "Content-Encoding": "br"}),
+        "/bad": Page(b"<a href='/bad-child'>\xff\xfe\x80</a>",
+                     headers={"Content-Type": "text/html; charset=bogus-charset"}),
+        "/gz-child": Page(html("c", [])), "/br-child": Page(html("c", [])),
+        "/bad-child": Page(html("c", [])),
+    }})
+    assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
+    assert set(fetched_paths(site, "a")) == {"/", "/gz", "/br", "/bad", "/gz-child",
+                                             "/br-child", "/bad-child"}
+    assert site.hits_for("a")[1].headers.get("Accept-Encoding", "").count("br") == 1
+
+
+def test_x_robots_tag_header(serve, db: Path) -> None:
+    site = serve({"a": {
+        "/": Page(html("Home", ["/n", "/f"])),
+        "/n": Page(html("N", []), headers={"Content-Type": "text/html", "X-Robots-Tag": "noindex"}),
+        "/f": Page(html("F", ["/f-child"]),
+                   headers={"Content-Type": "text/html", "X-Robots-Tag": "courtly: nofollow"}),
+        "/f-child": Page(html("never", [])),
+    }})
+    assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
+    cands = candidates(db)
+    assert cands[site.url("a", "/n")]["exit_code"] == "NOINDEX"
+    assert site.url("a", "/f-child") not in cands
+
+
+def test_bad_input_is_one_line_and_writes_nothing(db: Path, tmp_path: Path) -> None:
+    bad_seed = courtly("crawl", "not a url", "--db", db)
+    assert bad_seed.status == 2
+    assert "invalid seed URL" in bad_seed.err and len(bad_seed.err.strip().splitlines()) == 1
+    assert not db.exists()
+
+    config = tmp_path / "crawl.toml"
+    config.write_text("concurrency = 0\n[politeness]\npatience = 3\n")
+    bad_config = courtly("crawl", "http://127.0.0.1:1/", "--config", config, "--db", db)
+    assert bad_config.status == 2 and "concurrency" in bad_config.err
+    config.write_text("[politeness]\nspeed = 3\n")
+    unknown = courtly("crawl", "http://127.0.0.1:1/", "--config", config, "--db", db)
+    assert unknown.status == 2 and "politeness.speed: unknown key" in unknown.err
+    config.write_text("this is = not toml =\n")
+    broken = courtly("crawl", "http://127.0.0.1:1/", "--config", config, "--db", db)
+    assert broken.status == 2 and "invalid TOML" in broken.err
+    missing = courtly("crawl", "--db", db)
+    assert missing.status == 2 and "no seeds" in missing.err
+    assert not db.exists()
+    assert courtly("stats", "--db", db).status == 2
+    strategy = courtly("crawl", "http://127.0.0.1:1/", "--db", db, "--strategy", "nope")
+    assert strategy.status == 2 and "unknown strategy" in strategy.err
+
+
+def test_config_file_keys_and_flag_override(serve, db: Path, tmp_path: Path) -> None:
+    site = serve({"a": {"/": Page(html("Home", ["/x"])), "/x": Page(html("X", []))}})
+    config = tmp_path / "crawl.toml"
+    config.write_text(
+        f'seeds = ["{site.url("a")}"]\ndb = "{db}"\nuser_agent = "FileBot/1.0"\n'
+        "min_delay = 5.0\nmax_actions = 1\n"
+    )
+    run = courtly("crawl", "--config", config, "--min-delay", "0", "--user-agent", "FlagBot/2")
+    assert run.status == 0
+    hits = site.hits_for("a")
+    assert len(hits) == 2  # robots.txt + one page: max_actions from the file
+    assert hits[0].headers["User-Agent"] == "FlagBot/2"  # the flag wins over the file
+
+
+def test_database_that_is_not_a_database(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    run = courtly("stats", "--db", junk)
+    assert run.status == 1 and "not a courtly database" in run.err
+    assert junk.read_bytes().startswith(b"this is not sqlite")

@@ -1,0 +1,81 @@
+"""Stop anywhere: kill -9, SIGTERM and SIGINT, then resume with a real `courtly` subprocess."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+from courtly.site import Page, html
+from tests.conftest import courtly, courtly_process, fetched_paths, rows
+
+PAGES = 60
+
+
+def chain_site(name: str) -> dict[str, Page]:
+    pages = {"/": Page(html(f"{name} home", [f"/p{i}" for i in range(PAGES)]))}
+    pages |= {f"/p{i}": Page(html(f"{name} {i}", ["/", f"/p{(i + 1) % PAGES}"]), delay=0.005)
+              for i in range(PAGES)}
+    return pages
+
+
+def wait_for_actions(db: Path, n: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if db.exists():
+            try:
+                if len(rows(db, "SELECT id FROM crawl_log")) >= n:
+                    return
+            except Exception:  # the database may be mid-creation
+                pass
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {n} crawl actions after {timeout}s")
+
+
+def completed_once(db: Path) -> Counter[str]:
+    log = rows(db, "SELECT url FROM crawl_log WHERE exit_code = 'OK'")
+    return Counter(r["url"] for r in log)
+
+
+def test_kill_9_then_resume_completes_every_page_once(serve, db: Path) -> None:
+    site = serve({"a": chain_site("a"), "b": chain_site("b")})
+    proc = courtly_process("crawl", site.url("a"), site.url("b"), "--db", db,
+                           "--min-delay", "0.01", "--progress", "off")
+    wait_for_actions(db, 30)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    killed_at = len(rows(db, "SELECT id FROM crawl_log"))
+    assert 0 < killed_at < 2 * (PAGES + 1)
+
+    resumed = courtly("crawl", "--db", db, "--min-delay", "0.01")
+    assert resumed.status == 0, resumed.err
+    counts = completed_once(db)
+    assert len(counts) == 2 * (PAGES + 1)
+    # at most the requests in flight at the kill (one per origin) were crawled twice
+    assert sum(n - 1 for n in counts.values()) <= 2
+    states = {r["state"] for r in rows(db, "SELECT state FROM candidates")}
+    assert states == {"CRAWLED"}
+    for name in ("a", "b"):
+        paths = Counter(fetched_paths(site, name))
+        assert len(paths) == PAGES + 1
+        assert sum(n - 1 for n in paths.values()) <= 1
+    assert rows(db, "PRAGMA integrity_check")[0]["integrity_check"] == "ok"
+
+
+def test_sigterm_and_sigint_stop_cleanly_and_resume(serve, db: Path) -> None:
+    site = serve({"a": chain_site("a")})
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        proc = courtly_process("crawl", site.url("a"), "--db", db, "--min-delay", "0.05",
+                               "--progress", "off")
+        wait_for_actions(db, len(rows(db, "SELECT id FROM crawl_log")) + 3 if db.exists() else 3)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=10)
+        assert time.monotonic() - sent < 5, "did not stop within a few seconds"
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err and "stopped by" in err
+    assert courtly("crawl", "--db", db, "--min-delay", "0").status == 0
+    counts = completed_once(db)
+    assert len(counts) == PAGES + 1 and set(counts.values()) == {1}
+    assert len(fetched_paths(site, "a")) == PAGES + 1
