@@ -195,7 +195,7 @@ def add_seeds(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> 
 @click.option("--out", type=click.Path(), help="Output file (default: standard output).")
 def export(db: str | None, fmt: str, out: str | None) -> None:
     """One record per crawl candidate."""
-    from courtly.store.sqlite import EXPORT_COLUMNS
+    from courtly.store.sql import EXPORT_COLUMNS
 
     store = open_db(db or CrawlConfig().db, must_exist=True)
     try:

@@ -2,34 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import time
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import zstandard
-
-from courtly.model import COMPLETED, Candidate, CrawlAction, Link, LinkState
-from courtly.store.base import OriginState, StoreError
-from courtly.store.schema import MIGRATIONS
-
-EXPORT_COLUMNS = (
-    "url", "origin", "state", "exit_code", "http_status", "last_crawl", "next_due",
-    "content_type", "content_length", "redirect_target", "canonical", "duplicate_of",
-    "depth", "score", "etag", "last_modified", "content_hash", "detail",
-)
+from courtly.store.base import StoreError
+from courtly.store.sql import SqlStore
 
 
-def state_after(action: CrawlAction) -> LinkState:
-    """The link state a completed crawl action leaves its candidate in."""
-    if action.retry:
-        return LinkState.QUEUED
-    return LinkState.CRAWLED if action.exit_code in COMPLETED else LinkState.ERROR
-
-
-class SqliteStore:
+class SqliteStore(SqlStore):
     """Crawl database in one SQLite file (WAL mode, one transaction per crawl action)."""
 
     def __init__(self, path: str) -> None:
@@ -40,236 +22,32 @@ class SqliteStore:
             self._db = sqlite3.connect(path, timeout=5.0, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA foreign_keys=OFF")
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreError(_explain(exc, path)) from None
-        self._zstd = zstandard.ZstdCompressor(level=3)
 
-    # -- schema --------------------------------------------------------------------------
-    def _migrate(self) -> None:
-        db = self._db
-        db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = db.execute("SELECT version FROM schema_version").fetchone()
-        version = row[0] if row else 0
-        if version > len(MIGRATIONS):
-            raise StoreError(f"{self.path} was written by a newer courtly (schema {version})")
-        for number in range(version, len(MIGRATIONS)):
-            with self._tx():
-                for statement in MIGRATIONS[number]:
-                    db.execute(statement.replace("BIGSERIAL_PK", "INTEGER PRIMARY KEY"))
-                db.execute("DELETE FROM schema_version")
-                db.execute("INSERT INTO schema_version VALUES (?)", (number + 1,))
+    def _x(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql, params)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(_explain(exc, self.path)) from None
+
+    def _xmany(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+        before = self._db.total_changes
+        try:
+            self._db.executemany(sql, rows)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(_explain(exc, self.path)) from None
+        return self._db.total_changes - before
 
     def _tx(self) -> _Transaction:
         return _Transaction(self._db, self.path)
 
-    # -- origins and runs ----------------------------------------------------------------
-    def add_origins(self, origins: list[str]) -> None:
-        with self._tx():
-            self._db.executemany(
-                "INSERT INTO origins (origin) VALUES (?) ON CONFLICT (origin) DO UPDATE "
-                "SET configured = 1",
-                [(o,) for o in origins],
-            )
-
-    def configured_origins(self) -> list[str]:
-        rows = self._db.execute("SELECT origin FROM origins WHERE configured = 1 ORDER BY origin")
-        return [r[0] for r in rows]
-
-    def add_links(self, links: list[Link]) -> int:
-        if not links:
-            return 0
-        with self._tx():
-            return self._insert_links(links)
-
-    def _insert_links(self, links: list[Link]) -> int:
-        before = self._db.total_changes
-        self._db.executemany(
-            "INSERT INTO candidates (url, origin, depth, score) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (url) DO UPDATE SET score = excluded.score "
-            "WHERE candidates.state = 'NOT_CRAWLED' AND excluded.score > candidates.score",
-            [(lk.url, lk.origin, lk.depth, lk.score) for lk in links],
-        )
-        return self._db.total_changes - before
-
-    def begin_run(self) -> int:
-        with self._tx():
-            row = self._db.execute(
-                "SELECT id FROM runs WHERE finished IS NULL ORDER BY id DESC LIMIT 1"
-            ).fetchone()
-            if row is not None:
-                run = int(row[0])
-                # URLs that were in a todo list or in flight at the stop are taken again
-                self._db.execute(
-                    "UPDATE candidates SET taken_run = NULL WHERE state = 'QUEUED' "
-                    "AND taken_run = ?",
-                    (run,),
-                )
-                return run
-            cur = self._db.execute("INSERT INTO runs (started) VALUES (?)", (time.time(),))
-            return int(cur.lastrowid or 0)
-
-    def finish_run(self, run: int) -> None:
-        with self._tx():
-            self._db.execute("UPDATE runs SET finished = ? WHERE id = ?", (time.time(), run))
-
-    # -- the frontier --------------------------------------------------------------------
-    def take_todo(self, origin: str, run: int, limit: int, now: float) -> list[Candidate]:
-        cols = "id, url, depth, score, etag, last_modified, content_hash, attempts"
-        with self._tx():
-            rows = self._db.execute(
-                f"SELECT {cols} FROM candidates WHERE origin = ? AND state = 'QUEUED' "
-                "AND (taken_run IS NULL OR taken_run <> ?) LIMIT ?",
-                (origin, run, limit),
-            ).fetchall()
-            if len(rows) < limit:
-                rows += self._db.execute(
-                    f"SELECT {cols} FROM candidates WHERE origin = ? AND state = 'NOT_CRAWLED' "
-                    "ORDER BY score DESC, id LIMIT ?",
-                    (origin, limit - len(rows)),
-                ).fetchall()
-            if len(rows) < limit:
-                rows += self._db.execute(
-                    f"SELECT {cols} FROM candidates WHERE origin = ? "
-                    "AND state IN ('CRAWLED', 'ERROR') AND next_due <= ? "
-                    "AND (taken_run IS NULL OR taken_run <> ?) ORDER BY next_due LIMIT ?",
-                    (origin, now, run, limit - len(rows)),
-                ).fetchall()
-            self._db.executemany(
-                "UPDATE candidates SET state = 'QUEUED', taken_run = ? WHERE id = ?",
-                [(run, r[0]) for r in rows],
-            )
-        return [Candidate(*r) for r in rows]
-
-    def record(self, action: CrawlAction, run: int) -> None:
-        c = action.candidate
-        state = state_after(action)
-        with self._tx():
-            db = self._db
-            db.execute(
-                "INSERT INTO crawl_log (run, url, origin, started, elapsed, exit_code, "
-                "http_status, content_type, content_length, detail) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run, c.url, action.origin, action.started, action.elapsed,
-                 str(action.exit_code), action.http_status, action.content_type,
-                 action.content_length, action.detail),
-            )
-            if action.retry:
-                db.execute(
-                    "UPDATE candidates SET state = 'QUEUED', taken_run = NULL, "
-                    "attempts = attempts + 1, exit_code = ?, http_status = ?, detail = ? "
-                    "WHERE id = ?",
-                    (str(action.exit_code), action.http_status, action.detail, c.id),
-                )
-            else:
-                db.execute(
-                    "UPDATE candidates SET state = ?, attempts = 0, last_crawl = ?, "
-                    "next_due = ?, exit_code = ?, http_status = ?, "
-                    "etag = COALESCE(?, etag), last_modified = COALESCE(?, last_modified), "
-                    "content_hash = COALESCE(?, content_hash), content_type = ?, "
-                    "content_length = ?, redirect_target = ?, canonical = ?, duplicate_of = ?, "
-                    "detail = ? WHERE id = ?",
-                    (str(state), action.started, action.next_due, str(action.exit_code),
-                     action.http_status, action.etag, action.last_modified,
-                     action.content_hash, action.content_type, action.content_length,
-                     action.redirect_target, action.canonical, action.duplicate_of,
-                     action.detail, c.id),
-                )
-            if action.redirect_target is not None and action.http_status is not None:
-                db.execute(
-                    "INSERT INTO redirects (url, target, status, seen) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (url) DO UPDATE SET target = excluded.target, "
-                    "status = excluded.status, seen = excluded.seen",
-                    (c.url, action.redirect_target, action.http_status, action.started),
-                )
-            if action.body is not None and action.content_hash is not None:
-                db.execute(
-                    "INSERT INTO content (url, content_hash, fetched, body) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (url) DO UPDATE SET content_hash = excluded.content_hash, "
-                    "fetched = excluded.fetched, body = excluded.body",
-                    (c.url, action.content_hash, action.started,
-                     self._zstd.compress(action.body)),
-                )
-            if action.links:
-                self._insert_links(action.links)
-
-    def find_hash(self, content_hash: str, url: str) -> str | None:
-        row = self._db.execute(
-            "SELECT url FROM candidates WHERE content_hash = ? AND url <> ? "
-            "AND exit_code = 'OK' LIMIT 1",
-            (content_hash, url),
-        ).fetchone()
-        return None if row is None else str(row[0])
-
-    # -- per-origin state ----------------------------------------------------------------
-    def load_origin(self, origin: str) -> OriginState:
-        row = self._db.execute(
-            "SELECT robots_body, robots_status, robots_fetched, crawl_delay, backoff_until, "
-            "backoff_level, sitemaps, metadata FROM origins WHERE origin = ?",
-            (origin,),
-        ).fetchone()
-        if row is None:
-            return OriginState(origin)
-        return OriginState(
-            origin, row[0], row[1], row[2], row[3], row[4], row[5],
-            json.loads(row[6]), json.loads(row[7]),
-        )
-
-    def save_origin(self, state: OriginState) -> None:
-        with self._tx():
-            self._db.execute(
-                "INSERT INTO origins (origin, configured, robots_body, robots_status, "
-                "robots_fetched, crawl_delay, backoff_until, backoff_level, sitemaps, metadata) "
-                "VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (origin) DO UPDATE SET "
-                "robots_body = excluded.robots_body, robots_status = excluded.robots_status, "
-                "robots_fetched = excluded.robots_fetched, crawl_delay = excluded.crawl_delay, "
-                "backoff_until = excluded.backoff_until, "
-                "backoff_level = excluded.backoff_level, "
-                "sitemaps = excluded.sitemaps, metadata = excluded.metadata",
-                (state.origin, state.robots_body, state.robots_status, state.robots_fetched,
-                 state.crawl_delay, state.backoff_until, state.backoff_level,
-                 json.dumps(state.sitemaps), json.dumps(state.metadata)),
-            )
-
-    # -- reading -------------------------------------------------------------------------
-    def stats(self) -> dict[str, Any]:
-        db = self._db
-
-        def grouped(sql: str) -> dict[str, int]:
-            return {str(k): int(v) for k, v in db.execute(sql)}
-
-        by_origin: dict[str, dict[str, int]] = {}
-        for origin, state, n in db.execute(
-            "SELECT origin, state, COUNT(*) FROM candidates GROUP BY origin, state"
-        ):
-            by_origin.setdefault(origin, {})[state] = n
-        return {
-            "candidates": int(db.execute("SELECT COUNT(*) FROM candidates").fetchone()[0]),
-            "by_state": grouped("SELECT state, COUNT(*) FROM candidates GROUP BY state"),
-            "by_exit_code": grouped(
-                "SELECT exit_code, COUNT(*) FROM candidates WHERE exit_code IS NOT NULL "
-                "GROUP BY exit_code"
-            ),
-            "actions_by_exit_code": grouped(
-                "SELECT exit_code, COUNT(*) FROM crawl_log GROUP BY exit_code"
-            ),
-            "by_origin": by_origin,
-            "runs": int(db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]),
-        }
-
-    def export(self) -> Iterator[dict[str, Any]]:
-        cur = self._db.execute(f"SELECT {', '.join(EXPORT_COLUMNS)} FROM candidates ORDER BY id")
-        for row in cur:
-            yield dict(zip(EXPORT_COLUMNS, row, strict=True))
-
-    def candidate(self, url: str) -> dict[str, Any] | None:
-        row = self._db.execute(
-            f"SELECT {', '.join(EXPORT_COLUMNS)} FROM candidates WHERE url = ?", (url,)
-        ).fetchone()
-        return None if row is None else dict(zip(EXPORT_COLUMNS, row, strict=True))
+    def _ddl(self, statement: str) -> str:
+        return statement.replace("BIGSERIAL_PK", "INTEGER PRIMARY KEY")
 
     def close(self) -> None:
+        """Close the connection."""
         self._db.close()
 
 
