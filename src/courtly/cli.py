@@ -153,6 +153,8 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
         strategy = load_strategy(config.strategy)
     except StrategyError as exc:
         fail(str(exc))
+    if not config.robots.obey:
+        click.echo("courtly: warning: obey_robots is off: robots.txt is ignored", err=True)
     progress = Progress(config.progress)
     crawler = Crawler(config, store, strategy, on_progress=progress.update)
     _install_uvloop()

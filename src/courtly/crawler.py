@@ -103,8 +103,6 @@ class Crawler:
     async def run(self) -> CrawlStats:
         """Crawl until every origin is finished, the budget is spent, or a signal arrives."""
         self.run_id = self.store.begin_run()
-        if not self.config.robots.obey:
-            log.warning("obey_robots is off: robots.txt is ignored for every origin")
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stop, f"stopped by {signal.Signals(sig).name}")
@@ -321,7 +319,15 @@ class Crawler:
                 continue
             status, body = resp.status, resp.body
             break
-        crawler.next_request_at = time.monotonic() + delay_for(crawler, self.config.politeness)
+        self._apply_robots(crawler, status, body)
+        crawler.next_request_at = max(
+            crawler.next_request_at,
+            time.monotonic() + delay_for(crawler, self.config.politeness),
+        )
+
+    def _apply_robots(self, crawler: OriginCrawler, status: int | None, body: bytes) -> None:
+        """RFC 9309 status rules: 5xx/429/unreachable → stale copy or wait; else parse."""
+        rules = self.config.robots
         state = crawler.state
         if status is None or status == 429 or status >= 500:
             stale = state.robots_fetched is not None and state.robots_status is not None and (
@@ -335,7 +341,7 @@ class Crawler:
             crawler.patience -= 1
             crawler.finish_reason = f"robots.txt unavailable (status {status})"
             pause = rate_limit_pause(crawler, None, self.config.politeness, time.monotonic())
-            crawler.next_request_at = max(crawler.next_request_at, time.monotonic() + pause)
+            crawler.next_request_at = time.monotonic() + pause
             return
         crawler.robots = self._parse_robots(status, body)
         crawler.robots_expires = time.monotonic() + rules.expiry

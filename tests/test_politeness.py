@@ -1,0 +1,179 @@
+"""Politeness measured on the wire: a recording server logs every request per origin."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+from courtly.site import Hit, Page, html
+from tests.conftest import candidates, courtly, fetched_paths, robots, rows
+
+SLACK = 0.005
+
+
+def pages(n: int, name: str = "p", delay: float = 0.0) -> dict[str, Page]:
+    site = {"/": Page(html(f"{name} home", [f"/{name}{i}" for i in range(n)]))}
+    site |= {f"/{name}{i}": Page(html(f"{name} {i}", ["/"]), delay=delay) for i in range(n)}
+    return site
+
+
+def gaps(hits: list[Hit]) -> list[float]:
+    """Time between the end of one request and the arrival of the next, asserting no overlap."""
+    out = []
+    for before, after in itertools.pairwise(hits):
+        assert after.arrived >= before.done, "two requests in flight to one origin"
+        out.append(after.arrived - before.done)
+    return out
+
+
+def config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "crawl.toml"
+    path.write_text(text)
+    return path
+
+
+def test_crawl_delay_is_obeyed_and_capped(serve, db: Path, tmp_path: Path) -> None:
+    slow = {"/robots.txt": robots("User-agent: *\nCrawl-delay: 0.15\n"), **pages(4, "s")}
+    capped = {"/robots.txt": robots("User-agent: *\nCrawl-delay: 100\n"), **pages(4, "c")}
+    ours = {"/robots.txt": robots("User-agent: other\nCrawl-delay: 9\n\nUser-agent: courtly\n"
+                                  "Crawl-delay: 0.1\nDisallow: /o3\n"), **pages(4, "o")}
+    site = serve({"slow": slow, "capped": capped, "ours": ours})
+    cfg = config(tmp_path, "[politeness]\nmax_crawl_delay = 0.2\n")
+    run = courtly("crawl", *(site.url(n) for n in ("slow", "capped", "ours")), "--db", db,
+                  "--min-delay", "0", "--config", cfg)
+    assert run.status == 0, run.err
+    assert min(gaps(site.hits_for("slow"))) >= 0.15 - SLACK
+    assert min(gaps(site.hits_for("capped"))) >= 0.2 - SLACK  # clamped to the cap
+    assert max(gaps(site.hits_for("capped"))) < 1.0
+    assert min(gaps(site.hits_for("ours"))) >= 0.1 - SLACK  # our group, not 'other'
+    assert "/o3" not in fetched_paths(site, "ours")
+    assert len(fetched_paths(site, "capped")) == 5
+
+
+def test_crawl_delay_above_cap_can_skip_the_origin(serve, db: Path, tmp_path: Path) -> None:
+    site = serve({"a": {"/robots.txt": robots("User-agent: *\nCrawl-delay: 60\n"), **pages(3)}})
+    cfg = config(tmp_path, '[politeness]\nmax_crawl_delay = 1\ncrawl_delay_above_cap = "skip"\n')
+    run = courtly("crawl", site.url("a"), "--db", db, "--config", cfg)
+    assert run.status == 0, run.err
+    assert fetched_paths(site, "a") == []  # only robots.txt was fetched
+    assert candidates(db)[site.url("a")]["state"] == "NOT_CRAWLED"
+
+
+def test_retry_after_is_obeyed_and_the_url_crawled_again(serve, db: Path) -> None:
+    def limited(count: int) -> Page:
+        if count == 0:
+            return Page("slow down", 429, {"Retry-After": "1", "Content-Type": "text/plain"})
+        return Page(html("finally", []))
+
+    site = serve({"a": {"/": Page(html("Home", ["/limited", "/x", "/y"])), "/limited": limited,
+                        "/x": Page(html("X", [])), "/y": Page(html("Y", []))}})
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    hits = site.hits_for("a")
+    first_429 = next(i for i, h in enumerate(hits) if h.path == "/limited")
+    after = hits[first_429 + 1]
+    assert after.arrived - hits[first_429].done >= 1.0 - SLACK
+    assert [h.path for h in hits].count("/limited") == 2
+    log = rows(db, "SELECT exit_code FROM crawl_log WHERE url = ? ORDER BY id",
+               site.url("a", "/limited"))
+    assert [r["exit_code"] for r in log] == ["RATE_LIMITED", "OK"]
+    assert candidates(db)[site.url("a", "/limited")]["state"] == "CRAWLED"
+
+
+def test_503_without_retry_after_backs_off_exponentially(serve, db: Path, tmp_path: Path) -> None:
+    def busy(count: int) -> Page:
+        return Page("busy", 503, {"Content-Type": "text/plain"}) if count < 3 else Page(html("ok", []))
+
+    site = serve({"a": {"/": busy}})
+    cfg = config(tmp_path, "[politeness]\nbackoff_base = 0.1\nmax_retries = 5\n")
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--config", cfg)
+    assert run.status == 0, run.err
+    waits = gaps(site.hits_for("a")[1:])  # after robots.txt
+    assert len(waits) == 3
+    assert waits[0] >= 0.1 - SLACK and waits[1] >= 0.2 - SLACK and waits[2] >= 0.4 - SLACK
+    assert candidates(db)[site.url("a")]["exit_code"] == "OK"
+
+
+def test_robots_txt_is_fetched_again_after_expiry(serve, db: Path, tmp_path: Path) -> None:
+    site = serve({"a": pages(12, delay=0.05)})
+    cfg = config(tmp_path, "[robots]\nexpiry = 0.3\n")
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0.05", "--config", cfg)
+    assert run.status == 0, run.err
+    hits = site.hits_for("a")
+    robots_times = [h.arrived for h in hits if h.path == "/robots.txt"]
+    assert len(robots_times) >= 2
+    assert all(b - a >= 0.3 - SLACK for a, b in itertools.pairwise(robots_times))
+    assert min(gaps(hits)) >= 0.05 - SLACK  # robots.txt requests keep the delay too
+
+
+def test_robots_5xx_blocks_the_origin_until_it_recovers(serve, db: Path, tmp_path: Path) -> None:
+    def flaky(count: int) -> Page:
+        if count < 2:
+            return Page("oops", 500, {"Content-Type": "text/plain"})
+        return robots("User-agent: *\nDisallow: /p1\n")
+
+    site = serve({"a": {"/robots.txt": flaky, **pages(3)}, "b": pages(2, "b")})
+    cfg = config(tmp_path, "[politeness]\nbackoff_base = 0.1\n")
+    run = courtly("crawl", site.url("a"), site.url("b"), "--db", db, "--min-delay", "0",
+                  "--config", cfg)
+    assert run.status == 0, run.err
+    hits = site.hits_for("a")
+    assert [h.path for h in hits[:3]] == ["/robots.txt"] * 3  # nothing else before recovery
+    assert set(fetched_paths(site, "a")) == {"/", "/p0", "/p2"}
+    assert candidates(db)[site.url("a", "/p1")]["exit_code"] == "BLOCKED_BY_ROBOTS_TXT"
+    assert len(fetched_paths(site, "b")) == 3  # the other origin was not held up
+
+
+def test_robots_unavailable_for_good_gives_up_without_crawling(
+    serve, db: Path, tmp_path: Path
+) -> None:
+    site = serve({"a": {"/robots.txt": Page("down", 503), **pages(2)}})
+    cfg = config(tmp_path, "[politeness]\nbackoff_base = 0.01\npatience = 3\n")
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--config", cfg)
+    assert run.status == 0, run.err
+    assert fetched_paths(site, "a") == []
+    assert [h.path for h in site.hits_for("a")] == ["/robots.txt"] * 3
+    assert candidates(db)[site.url("a")]["state"] == "NOT_CRAWLED"
+    site.sites["a"]["/robots.txt"] = robots("User-agent: *\nAllow: /\n")
+    assert courtly("crawl", "--db", db, "--min-delay", "0").status == 0  # not lost: next run
+    assert set(fetched_paths(site, "a")) == {"/", "/p0", "/p1"}
+
+
+def test_robots_4xx_allows_all_and_redirects_are_followed(serve, db: Path) -> None:
+    site = serve({
+        "gone": {"/robots.txt": Page("no", 404), **pages(2, "g")},
+        "moved": {"/robots.txt": Page("", 301, {"Location": "/r2"}),
+                  "/r2": Page("", 302, {"Location": "/real-robots"}),
+                  "/real-robots": robots("User-agent: *\nDisallow: /m1\n"), **pages(2, "m")},
+    })
+    run = courtly("crawl", site.url("gone"), site.url("moved"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    assert set(fetched_paths(site, "gone")) == {"/", "/g0", "/g1"}
+    moved = fetched_paths(site, "moved")
+    assert "/m1" not in moved and "/m0" in moved
+
+
+def test_obey_robots_false_warns_and_crawls_everything(serve, db: Path, tmp_path: Path) -> None:
+    site = serve({"a": {"/robots.txt": robots("User-agent: *\nDisallow: /\n"), **pages(2)}})
+    cfg = config(tmp_path, "obey_robots = false\n")
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--config", cfg)
+    assert run.status == 0
+    assert "robots.txt is ignored" in run.err
+    assert set(fetched_paths(site, "a")) == {"/", "/p0", "/p1"}
+    assert all(h.path != "/robots.txt" for h in site.hits_for("a"))
+
+
+def test_adaptive_delay_follows_response_times(serve, db: Path, tmp_path: Path) -> None:
+    site = serve({"a": pages(5, delay=0.1)})
+    cfg = config(tmp_path, "[politeness]\nadaptive_factor = 2.0\n")
+    started = time.monotonic()
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--config", cfg)
+    assert run.status == 0
+    page_hits = [h for h in site.hits_for("a") if h.path != "/robots.txt"]
+    # each gap is at least 2 × the mean of the last 5 response times (as the server saw them)
+    for i, gap in enumerate(gaps(page_hits)):
+        recent = [h.done - h.arrived for h in page_hits[max(0, i - 4): i + 1]]
+        assert gap >= 2.0 * sum(recent) / len(recent) - SLACK
+    assert max(gaps(page_hits)) >= 0.15
+    assert time.monotonic() - started < 10
