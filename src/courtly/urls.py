@@ -1,0 +1,200 @@
+"""URL normalization, origins and registered domains (docs/urls.md).
+
+Parsing and resolution are done by ada-url (a C++ WHATWG URL parser): it already lowercases the
+scheme and host, converts hosts to punycode, drops default ports and removes dot segments. This
+module only adds what WHATWG does not do (percent-escape normalization, fragment, query and path
+rules), by string operations on ada's serialization, which keeps a call to a few microseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+
+import ada_url
+import tldextract
+
+from courtly.config import Normalize
+
+__all__ = ["host_of", "normalize", "origin_of", "registered_domain"]
+
+_DEFAULT_OPTS = Normalize()
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+_INDEX_NAMES = frozenset({"index.html", "index.php", "default.asp", "default.aspx"})
+
+# RFC 3986 §2.3 unreserved characters: their escapes are decoded; every other escape is upper-cased.
+# A '%' that starts no escape (WHATWG leaves it raw) becomes "%25": otherwise decoding could make
+# a new escape ("%%34%31" -> "%41") and normalize would not be idempotent.
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_ESCAPE_RE = re.compile(r"%(?:[0-9A-Fa-f]{2})?")
+_ESCAPES: dict[str, str] = {"%": "%25"}  # "%7e" -> "~", "%3a" -> "%3A", for every case variant
+for _code in range(256):
+    _hex = f"{_code:02X}"
+    for _esc in {
+        "%" + _hex,
+        "%" + _hex.lower(),
+        f"%{_hex[0]}{_hex[1].lower()}",
+        f"%{_hex[0].lower()}{_hex[1]}",
+    }:
+        _ESCAPES[_esc] = chr(_code) if chr(_code) in _UNRESERVED else "%" + _hex
+
+
+def _fix_escape(match: re.Match[str]) -> str:
+    return _ESCAPES[match.group()]
+
+
+def _glob_to_regex(pattern: str) -> str:
+    """Translate a parameter-name glob (*, ?, [seq], [!seq]) to a regex that stays in one name."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        i += 1
+        if char == "*":
+            out.append("[^&=]*")
+        elif char == "?":
+            out.append("[^&=]")
+        elif char == "[" and (end := pattern.find("]", i + 1)) > 0:
+            body = pattern[i:end].replace("\\", "\\\\")
+            out.append("[^&=" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(char))
+    return "".join(out)
+
+
+def _compiles(regex: str) -> bool:
+    try:
+        re.compile(regex)
+    except re.error:  # e.g. a reversed range "[z-a]": the glob is then matched literally
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=32)
+def _param_remover(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One case-insensitive regex matching removable parameters (with their '&') in a query."""
+    if not patterns:
+        return None
+    names = "|".join(
+        _glob_to_regex(p) if _compiles(_glob_to_regex(p)) else re.escape(p) for p in patterns
+    )
+    return re.compile(f"(?:^|&)(?:{names})(?:=[^&]*)?(?=&|$)", re.IGNORECASE)
+
+
+def _param_name(param: str) -> str:
+    return param.partition("=")[0]
+
+
+def _normalize_query(query: str, sort: bool, remover: re.Pattern[str] | None) -> str:
+    """Remove configured parameters, drop empty ones, then sort the rest stably by name."""
+    if remover is not None:
+        query = remover.sub("", query)
+    if "&" in query:
+        params = [p for p in query.split("&") if p]
+        if sort:
+            params.sort(key=_param_name)
+        query = "&".join(params)
+    return query
+
+
+def _normalize_path(path: str, opts: Normalize) -> str:
+    """Apply the optional path switches until the path no longer changes (keeps idempotence)."""
+    while True:
+        before = path
+        if opts.collapse_slashes and "//" in path:
+            path = re.sub("/{2,}", "/", path)
+        if opts.drop_index and path[path.rfind("/") + 1 :].lower() in _INDEX_NAMES:
+            path = path[: path.rfind("/") + 1]
+        if opts.drop_trailing_slash and len(path) > 1 and path.endswith("/"):
+            path = path.rstrip("/") or "/"
+        if path == before:
+            return path
+
+
+def normalize(url: str, base: str | None = None, opts: Normalize | None = None) -> str | None:
+    """Resolve url against base (WHATWG rules) and normalize; None if not a valid http(s) URL."""
+    try:
+        href = ada_url.join_url(base, url) if base is not None else ada_url.normalize_url(url)
+    except (ValueError, TypeError, UnicodeError):
+        return None
+    if not href.startswith(("https://", "http://")):
+        return None
+    if opts is None:
+        opts = _DEFAULT_OPTS
+
+    fragment = ""
+    hash_at = href.find("#")
+    if hash_at >= 0:
+        if not opts.drop_fragment:
+            fragment = href[hash_at:]
+        href = href[:hash_at]
+    if "%" in href:
+        href = _ESCAPE_RE.sub(_fix_escape, href)
+    if "%" in fragment:
+        fragment = _ESCAPE_RE.sub(_fix_escape, fragment)
+    path_start = href.find("/", 8)  # special URLs always have a path; the authority has no '/'
+
+    query_at = href.find("?", path_start)
+    if query_at >= 0:
+        path, query = href[path_start:query_at], href[query_at + 1 :]
+        remover = _param_remover(tuple(opts.remove_params))
+        if query and (opts.sort_query or remover is not None):
+            query = _normalize_query(query, opts.sort_query, remover)
+            query_part = "?" + query if query else ""
+        else:
+            query_part = "?" + query
+    else:
+        path, query_part = href[path_start:], ""
+    if opts.collapse_slashes or opts.drop_index or opts.drop_trailing_slash:
+        path = _normalize_path(path, opts)
+    return href[:path_start] + path + query_part + fragment
+
+
+def _scheme_host_port(url: str) -> tuple[str, str, str]:
+    """Scheme, host and port (default filled in) of an http(s) URL; ValueError otherwise."""
+    try:
+        href = ada_url.normalize_url(url)
+    except UnicodeError:
+        raise ValueError(f"not a valid URL: {url!r}") from None
+    scheme, _, rest = href.partition("://")
+    if scheme not in _DEFAULT_PORTS:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    authority = rest[: rest.find("/")].rpartition("@")[2]  # ada always serializes a path
+    if authority.endswith("]") or ":" not in authority:  # no port: ada dropped the default one
+        return scheme, authority, _DEFAULT_PORTS[scheme]
+    host, _, port = authority.rpartition(":")
+    return scheme, host, port
+
+
+def origin_of(url: str) -> str:
+    """Return "scheme://host:port" with the port always explicit; ValueError if not http(s)."""
+    scheme, host, port = _scheme_host_port(url)
+    return f"{scheme}://{host}:{port}"
+
+
+def host_of(url: str) -> str:
+    """Return the (lowercase, punycode) host of an http(s) URL; ValueError if not http(s)."""
+    return _scheme_host_port(url)[1]
+
+
+@functools.cache
+def _extractor() -> tldextract.TLDExtract:
+    """A tldextract instance using only its bundled snapshot: no fetch, no cache directory."""
+    no_urls: Sequence[str] = ()
+    return tldextract.TLDExtract(
+        cache_dir=None, suffix_list_urls=no_urls, fallback_to_snapshot=True
+    )
+
+
+@functools.lru_cache(maxsize=65536)
+def registered_domain(host: str) -> str:
+    """Return the registered domain of host (public-suffix aware); IPs and 'localhost' as given."""
+    lookup = host.lower().rstrip(".")
+    if not lookup or lookup.startswith("[") or lookup == "localhost":
+        return host
+    result = _extractor().extract_str(lookup)
+    if not result.domain or not result.suffix:
+        return host  # an IPv4 address, a bare suffix, or a name outside the public suffix list
+    return f"{result.domain}.{result.suffix}"
