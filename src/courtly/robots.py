@@ -1,0 +1,511 @@
+"""robots.txt matching per RFC 9309: groups, rules, Crawl-delay and Sitemap lines.
+
+This module parses a fetched robots.txt for one product token and answers "may we fetch this URL?"
+before every request. Fetching, caching and expiry belong to the crawler; :func:`rules_for_status`
+turns the outcome of a fetch into rules (RFC 9309 section 2.3.1).
+
+Protego was the starting point; it is replaced, not wrapped, because it falls short of the RFC
+where it matters here (one line each):
+
+- grouping: Protego ends a group at a Crawl-delay or unknown line and lets a Sitemap line split
+  user-agent lines (RFC 9309 2.2.4: other records MUST NOT interfere with grouping);
+- percent-encoding: Protego does not decode %-escaped unreserved octets in the URL, compares
+  escapes case-sensitively, and does not match %2A / %24 against a literal ``*`` / ``$``
+  (RFC 9309 2.2.2 figure 4 and 2.2.3 figure 6);
+- user agents: Protego matches a group name as a substring of the whole User-Agent header;
+  RFC 9309 2.2.1 compares the product token, case-insensitively;
+- explain(): Protego does not expose which rule decided, nor a parse limit on bytes input;
+- speed: Protego loops over the rules in Python; here literal prefixes are dict lookups (one per
+  distinct rule length) and all wildcard rules are one RE2 set (linear time, no backtracking).
+
+Matching, as applied here:
+
+- the product token is the first word of our User-Agent (up to '/' or a space; in
+  ``Mozilla/5.0 (compatible; Bot/1.0)`` it is ``Bot``); a group line names the leading
+  ``[A-Za-z0-9_-]`` run of its value (``User-agent: FooBot/1.2`` names ``FooBot``); the two are
+  compared case-insensitively. Digits are tolerated on both sides (``MJ12bot``) although the RFC's
+  ABNF leaves them out; a token with other characters names no group, so only ``*`` applies;
+- all groups naming our token are merged; if none does, all ``*`` groups are merged; otherwise no
+  rule applies. Rules before the first user-agent line are ignored;
+- only Allow/Disallow lines end a run of user-agent lines; Sitemap, Crawl-delay, blank and unknown
+  lines do not. Crawl-delay is the largest valid value in our merged groups;
+- the URL's path, params and query (fragment dropped) are matched from the first octet; the rule
+  with the longest pattern (in octets, after normalisation, counting ``*`` and ``$``) wins, and
+  Allow wins a tie; ``*`` matches any run of octets and a trailing ``$`` anchors the end (a ``$``
+  elsewhere is literal); a pattern not starting with ``/`` or ``*`` never matches;
+- both sides are normalised alike before comparison: non-ASCII and non-URI octets are
+  percent-encoded, escapes are upper-cased, escapes of unreserved octets are decoded (figure 4),
+  ``%2A`` and ``%24`` compare equal to ``*`` and ``$`` (figure 6); other reserved escapes such as
+  ``%2F`` stay distinct;
+- ``/robots.txt`` is always allowed; lines are cut at 16663 bytes as google/robotstxt does.
+
+Speed (CPython 3.11, 100-rule group of 70 literal prefixes and 30 wildcard patterns, see
+``tests/test_robots.py::hundred_rules``): about 5 µs per ``allowed`` call (4.7-7 µs measured on a
+loaded 2-core machine; 9 µs when the URL needs percent normalisation); Protego's ``can_fetch`` took
+33-62 µs on the same file and machine. A hostile 100-rule file of 30-star patterns against a
+3000-octet path: 8 µs. Parsing 100 rules: about 1.7 ms.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import quote
+
+import re2
+
+__all__ = [
+    "DEFAULT_MAX_SIZE",
+    "MIN_PARSE_LIMIT",
+    "RobotsRules",
+    "product_token",
+    "rules_for_status",
+    "valid_product_token",
+]
+
+DEFAULT_MAX_SIZE: Final = 512 * 1024
+"""Default parse limit in bytes."""
+
+MIN_PARSE_LIMIT: Final = 500 * 1024
+"""RFC 9309 2.5: a parse limit, if any, MUST be at least 500 KiB."""
+
+_MAX_LINE: Final = 2083 * 8 - 1
+"""Bytes kept per line, as google/robotstxt does; the rest of a longer line is dropped."""
+
+_NAME = re.compile(r"[A-Za-z0-9_-]*")  # group names: RFC token chars, plus digits (MJ12bot)
+_MATCHABLE = re.compile(r"[A-Za-z0-9_-]+")
+_FIRST_WORD = re.compile(r"[^\s/]*")
+_COMPATIBLE = re.compile(r"\(compatible;\s*([^\s/;)]+)")
+_VALID_TOKEN = re.compile(r"[A-Za-z_-]+")
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_ABSOLUTE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*([^#]*)")
+_CLEAN = re.compile(r"[A-Za-z0-9\-._~:/?\[\]@!$&'()*+,;=]*")
+
+# Escapes that decode: unreserved octets (RFC 3986), plus '*' and '$' (RFC 9309 figure 6).
+_DECODED: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~*$"
+_ESCAPES: Final = {
+    f"%{hi}{lo}": chr(v) if chr(v) in _DECODED else f"%{v:02X}"
+    for v in range(256)
+    for hi in {f"{v:02X}"[0], f"{v:02x}"[0]}
+    for lo in {f"{v:02X}"[1], f"{v:02x}"[1]}
+}
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+# Printable ASCII that stays as it is; everything else (controls, space, '"<>\\^`{|}', DEL and
+# non-ASCII) is percent-encoded as UTF-8.
+_QUOTE_SAFE: Final = "%:/?#[]@!$&'()*+,;="
+_ASCII_OK = re.compile(r"[A-Za-z0-9\-._~%:/?#\[\]@!$&'()*+,;=]*")
+
+# Line keys, with the misspellings google/robotstxt and Protego accept (RFC 9309 2.2.4: MAY).
+_KEYS: Final = {
+    "user-agent": "user-agent",
+    "useragent": "user-agent",
+    "user agent": "user-agent",
+    "allow": "allow",
+    "disallow": "disallow",
+    "dissallow": "disallow",
+    "dissalow": "disallow",
+    "disalow": "disallow",
+    "diasllow": "disallow",
+    "disallaw": "disallow",
+    "crawl-delay": "crawl-delay",
+    "crawl delay": "crawl-delay",
+    "crawldelay": "crawl-delay",
+    "sitemap": "sitemap",
+    "sitemaps": "sitemap",
+    "site-map": "sitemap",
+}
+
+
+def product_token(user_agent: str) -> str:
+    """Return the product token of a User-Agent string: its first word, up to '/' or a space.
+
+    ``"courtly/0.1 (+http://x)"`` gives ``"courtly"``; in the common bot form
+    ``"Mozilla/5.0 (compatible; ExampleBot/0.1; +https://...)"`` (RFC 9309 figure 1) the token is
+    the first product inside ``(compatible; ...)``. The result may be invalid per RFC 9309 (see
+    :func:`valid_product_token`); a token that cannot name a group makes only ``*`` groups apply.
+    """
+    user_agent = user_agent.strip()
+    compatible = _COMPATIBLE.search(user_agent)
+    if compatible is not None and user_agent.startswith("Mozilla/"):
+        return compatible.group(1)
+    return _FIRST_WORD.match(user_agent).group()  # type: ignore[union-attr]
+
+
+def valid_product_token(token: str) -> bool:
+    """Tell whether ``token`` is a valid RFC 9309 product token (letters, ``_`` and ``-``)."""
+    return _VALID_TOKEN.fullmatch(token) is not None
+
+
+def _normalize(text: str) -> str:
+    """Return ``text`` in the percent-encoding normal form used on both sides of a match."""
+    if _CLEAN.fullmatch(text):
+        return text
+    if not _ASCII_OK.fullmatch(text):
+        try:  # undecodable robots.txt bytes come back as themselves
+            text = quote(text, safe=_QUOTE_SAFE, errors="surrogateescape")
+        except UnicodeEncodeError:
+            text = quote(text, safe=_QUOTE_SAFE, errors="replace")
+    return _ESCAPE.sub(_unescape, text) if "%" in text else text
+
+
+def _unescape(match: re.Match[str]) -> str:
+    """Decode an escape of an unreserved octet, '*' or '$'; upper-case any other escape."""
+    return _ESCAPES[match.group()]
+
+
+def _request_path(url: str) -> str:
+    """Return the path, params and query of ``url`` (or of a bare path), fragment dropped."""
+    if url[:1] == "/" and url[1:2] != "/":
+        return url.partition("#")[0]
+    absolute = _ABSOLUTE_URL.match(url)
+    if absolute is not None:
+        path = absolute.group(1)
+        return path if path[:1] == "/" else "/" + path
+    scheme = _SCHEME.match(url)
+    rest = url[scheme.end() :] if scheme else url
+    if rest.startswith("//"):
+        rest = rest[2:]
+    elif scheme:  # "http:/a", "mailto:x": no authority
+        return _fix_path(rest)
+    # authority (or, for a schemeless "example.com/a", the host) up to '/', '?' or '#'
+    end = len(rest)
+    for sep in "/?#":
+        pos = rest.find(sep)
+        if 0 <= pos < end:
+            end = pos
+    return _fix_path(rest[end:])
+
+
+def _fix_path(path: str) -> str:
+    """Drop a fragment and make sure the path starts with '/'."""
+    hash_pos = path.find("#")
+    if hash_pos >= 0:
+        path = path[:hash_pos]
+    if not path.startswith("/"):
+        path = "/" + path
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """One Allow/Disallow rule of our group, normalised and ready to match."""
+
+    allow: bool
+    priority: int
+    segments: tuple[str, ...]  # literal parts between '*'s
+    anchored: bool  # pattern ended with '$'
+    text: str  # the line as written, for explain()
+    line: int
+
+    def regex(self) -> bytes:
+        """RE2 source for this rule, to be anchored at the start of the path."""
+        source = b".*".join(re2.escape(part.encode()) for part in self.segments)
+        return source + (rb"\z" if self.anchored else b"")
+
+    def matches(self, path: str) -> bool:
+        """Match without backtracking: each literal part at its leftmost place."""
+        parts = self.segments
+        if not path.startswith(parts[0]):
+            return False
+        pos = len(parts[0])
+        last = len(parts) - 1
+        for part in parts[1:last]:
+            found = path.find(part, pos)
+            if found < 0:
+                return False
+            pos = found + len(part)
+        tail = parts[last]
+        if last == 0:
+            return not self.anchored or len(path) == pos
+        if self.anchored:
+            return len(path) - len(tail) >= pos and path.endswith(tail)
+        return path.find(tail, pos) >= 0
+
+
+def _compile_rule(allow: bool, value: str, text: str, line: int) -> _Rule:
+    """Normalise a rule's path pattern (RFC 9309 2.2.2 and 2.2.3)."""
+    anchored = value.endswith("$")
+    if anchored:
+        value = value[:-1]
+    parts = [_normalize(part) for part in value.split("*")]
+    priority = sum(map(len, parts)) + len(parts) - 1 + anchored  # octets, '*'s and '$' included
+    # "a**b" is "a*b": empty parts between stars are dropped (the first and last stay)
+    middle = [part for part in parts[1:-1] if part]
+    segments = (parts[0], *middle, parts[-1]) if len(parts) > 1 else (parts[0],)
+    return _Rule(allow, priority, segments, anchored, text, line)
+
+
+@dataclass
+class _Group:
+    agents: list[str]
+    rules: list[tuple[bool, str, str, int]]
+    delays: list[str]
+    has_rules: bool = False
+
+
+def _split_line(line: str) -> tuple[str, str] | None:
+    """Split ``key: value`` (or google/robotstxt's ``key value``) into a known key and a value."""
+    key, colon, value = line.partition(":")
+    if not colon:
+        words = line.split()
+        if len(words) != 2:
+            return None
+        key, value = words
+    canonical = _KEYS.get(" ".join(key.split()).lower())
+    if canonical is None:
+        return None
+    return canonical, value.strip()
+
+
+def _agent_name(value: str) -> str | None:
+    """Return ``"*"``, the lower-cased product token a user-agent line names, or None."""
+    if value == "*" or (value.startswith("*") and value[1:2].isspace()):
+        return "*"
+    match = _NAME.match(value)
+    token = match.group() if match else ""
+    return token.lower() or None
+
+
+def _printable(text: str) -> str:
+    """Replace undecodable bytes (kept as surrogates while parsing) with U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _parse_delay(value: str) -> float | None:
+    """Parse a Crawl-delay value in seconds; None when invalid, negative or not finite."""
+    try:
+        delay = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(delay) or delay < 0:
+        return None
+    return delay
+
+
+def _beats(rule: _Rule, other: _Rule) -> bool:
+    """Tell whether ``rule`` wins over ``other``: longer pattern, or Allow on a tie."""
+    return rule.priority > other.priority or (
+        rule.priority == other.priority and rule.allow and not other.allow
+    )
+
+
+def _compile_set(rules: list[_Rule]) -> re2.Set | None:
+    """One RE2 set for all wildcard rules (linear time, no backtracking); None if RE2 refuses."""
+    if not rules:
+        return None
+    options = re2.Options()
+    options.dot_nl = True
+    options.log_errors = False
+    options.max_mem = 32 << 20
+    matcher = re2.Set.MatchSet(options)
+    try:
+        for rule in rules:
+            matcher.Add(rule.regex())
+        matcher.Compile()
+    except re2.error:
+        return None  # too big for RE2's memory budget: fall back to _Rule.matches
+    return matcher
+
+
+class RobotsRules:
+    """The rules of one robots.txt for one product token, compiled for fast matching."""
+
+    __slots__ = (
+        "_default",
+        "_exact",
+        "_lengths",
+        "_prefixes",
+        "_reason",
+        "_wild",
+        "_wild_set",
+        "crawl_delay",
+        "sitemaps",
+    )
+
+    crawl_delay: float | None
+    sitemaps: list[str]
+
+    def __init__(
+        self,
+        rules: list[_Rule] | None = None,
+        *,
+        default: bool = True,
+        reason: str = "no matching rule",
+        crawl_delay: float | None = None,
+        sitemaps: list[str] | None = None,
+    ) -> None:
+        """Build from compiled rules; use :meth:`parse`, :meth:`allow_all`, :meth:`disallow_all`."""
+        self.crawl_delay = crawl_delay
+        self.sitemaps = sitemaps if sitemaps is not None else []
+        self._default = default
+        self._reason = reason
+        # Literal prefixes (no '*', no '$'), by length: the longest match is found with one dict
+        # lookup per distinct rule length, longest first.
+        self._prefixes: dict[int, dict[str, _Rule]] = {}
+        self._exact: dict[str, _Rule] = {}  # literal patterns ending in '$'
+        wild: list[_Rule] = []  # patterns with '*': tried in priority order
+        for rule in sorted(rules or [], key=lambda r: (-r.priority, not r.allow, r.line)):
+            if len(rule.segments) > 1:
+                wild.append(rule)
+                continue
+            table = self._exact if rule.anchored else self._prefixes.setdefault(rule.priority, {})
+            table.setdefault(rule.segments[0], rule)  # first one is the best: Allow wins a tie
+        self._lengths = sorted(self._prefixes, reverse=True)
+        self._wild = wild
+        self._wild_set = _compile_set(wild)
+
+    @classmethod
+    def parse(cls, body: bytes, user_agent: str, max_size: int = DEFAULT_MAX_SIZE) -> RobotsRules:
+        """Parse a robots.txt body for ``user_agent``'s product token.
+
+        Only the first ``max_size`` bytes count (a line cut by the limit is dropped). Never raises
+        on garbage, binary data, invalid UTF-8 or a byte-order mark.
+        """
+        if max_size < MIN_PARSE_LIMIT:
+            raise ValueError(f"parse limit {max_size} is below RFC 9309's 500 KiB")
+        if isinstance(body, str):  # be lenient with callers that decoded already
+            body = body.encode("utf-8", "surrogateescape")
+        if len(body) > max_size:
+            body = body[:max_size]
+            cut = max(body.rfind(b"\n"), body.rfind(b"\r"))
+            body = body[: cut + 1] if cut >= 0 else b""
+        for bom in (b"\xef\xbb\xbf", b"\xef\xbb", b"\xef"):
+            if body.startswith(bom):
+                body = body[len(bom) :]
+                break
+
+        label = product_token(user_agent)
+        token = label.lower() if _MATCHABLE.fullmatch(label) else ""
+        groups: list[_Group] = []
+        current: _Group | None = None
+        sitemaps: list[str] = []
+        for number, raw in enumerate(_LINE_BREAK.split(body), start=1):
+            line = raw[:_MAX_LINE].decode("utf-8", "surrogateescape")
+            line = line.partition("#")[0].strip()
+            if not line:
+                continue
+            split = _split_line(line)
+            if split is None:
+                continue
+            key, value = split
+            if key == "user-agent":
+                if current is None or current.has_rules:
+                    current = _Group([], [], [])
+                    groups.append(current)
+                current.agents.append(value)
+            elif key in ("allow", "disallow"):
+                if current is not None:
+                    current.has_rules = True
+                    if value:
+                        current.rules.append((key == "allow", value, line, number))
+            elif key == "crawl-delay":
+                if current is not None:
+                    current.delays.append(value)
+            elif value:  # sitemap: not tied to a group
+                clean = _printable(value)
+                if clean not in sitemaps:
+                    sitemaps.append(clean)
+
+        ours = [g for g in groups if token and any(_agent_name(a) == token for a in g.agents)]
+        if not ours:
+            ours = [g for g in groups if any(_agent_name(a) == "*" for a in g.agents)]
+            label = "*"
+        rules = [
+            _compile_rule(allow, value, _printable(f"{text} (group {label}, line {line})"), line)
+            for group in ours
+            for allow, value, text, line in group.rules
+        ]
+        delays = [d for g in ours for d in map(_parse_delay, g.delays) if d is not None]
+        return cls(rules, crawl_delay=max(delays, default=None), sitemaps=sitemaps)
+
+    @classmethod
+    def allow_all(cls, reason: str = "robots.txt unavailable: allow all") -> RobotsRules:
+        """Rules that allow every URL (e.g. robots.txt answered 4xx)."""
+        return cls(default=True, reason=reason)
+
+    @classmethod
+    def disallow_all(cls, reason: str = "robots.txt unavailable: disallow all") -> RobotsRules:
+        """Rules that disallow every URL but /robots.txt (e.g. 5xx or network error)."""
+        return cls(default=False, reason=reason)
+
+    def _decide(self, url: str) -> tuple[bool, _Rule | None]:
+        """Return the verdict and the decisive rule (None when no rule matched)."""
+        path = _normalize(_request_path(url))
+        if path == "/robots.txt" or path.startswith("/robots.txt?"):
+            return True, None
+        best: _Rule | None = None
+        prefixes = self._prefixes
+        for length in self._lengths:
+            best = prefixes[length].get(path[:length])
+            if best is not None:
+                break
+        if self._exact:
+            exact = self._exact.get(path)
+            if exact is not None:  # one octet ('$') longer than any prefix that can match
+                best = exact
+        wild = self._wild
+        if wild and (best is None or _beats(wild[0], best)):
+            if self._wild_set is not None:
+                found = self._wild_set.Match(path.encode())  # indexes of all matching rules
+                if found and (best is None or _beats(wild[min(found)], best)):
+                    best = wild[min(found)]
+            else:
+                for rule in wild:
+                    if best is not None and not _beats(rule, best):
+                        break
+                    if rule.matches(path):
+                        best = rule
+                        break
+        if best is None:
+            return self._default, None
+        return best.allow, best
+
+    def allowed(self, url: str) -> bool:
+        """Tell whether ``url`` (absolute, or a path) may be fetched."""
+        return self._decide(url)[0]
+
+    def explain(self, url: str) -> tuple[bool, str]:
+        """Return the verdict for ``url`` and the decisive rule as text."""
+        verdict, rule = self._decide(url)
+        if rule is not None:
+            return verdict, rule.text
+        path = _normalize(_request_path(url))
+        if path == "/robots.txt" or path.startswith("/robots.txt?"):
+            return True, "/robots.txt is always allowed"
+        return verdict, self._reason
+
+    def _count(self) -> int:
+        """Number of distinct rules kept."""
+        return len(self._exact) + len(self._wild) + sum(map(len, self._prefixes.values()))
+
+    def __repr__(self) -> str:
+        """Short summary for logs."""
+        return (
+            f"RobotsRules({self._count()} rules, default={'allow' if self._default else 'disallow'}"
+            f", crawl_delay={self.crawl_delay}, sitemaps={len(self.sitemaps)})"
+        )
+
+
+def rules_for_status(
+    status: int | None, body: bytes, user_agent: str, max_size: int = DEFAULT_MAX_SIZE
+) -> RobotsRules:
+    """Turn the outcome of fetching robots.txt into rules (RFC 9309 2.3.1).
+
+    2xx: parse the body. 4xx except 429: allow all (the RFC's MAY). 429, 5xx and ``None``
+    (network error, timeout, unreachable): disallow all (429 is a deliberate choice: the RFC's
+    letter puts it with 4xx, but a rate-limited server is not telling us the file is absent).
+    3xx (more redirects than were followed): allow all, as the RFC permits after five hops.
+    Anything else (1xx, >= 600): disallow all.
+    """
+    if status is None:
+        return RobotsRules.disallow_all("robots.txt unreachable: disallow all")
+    if 200 <= status < 300:
+        return RobotsRules.parse(body, user_agent, max_size)
+    if status == 429 or 500 <= status < 600:
+        return RobotsRules.disallow_all(f"robots.txt HTTP {status}: disallow all")
+    if 300 <= status < 500:
+        return RobotsRules.allow_all(f"robots.txt HTTP {status}: allow all")
+    return RobotsRules.disallow_all(f"robots.txt HTTP {status}: disallow all")
