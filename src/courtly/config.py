@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 class ConfigError(Exception):
@@ -54,6 +54,7 @@ class Limits(_Section):
     max_header_size: int = Field(64 * 1024, gt=0)
     max_header_count: int = Field(100, gt=0)
     max_links_per_page: int = Field(5000, gt=0)
+    max_parse_size: int = Field(4 * 1024 * 1024, gt=0)  # HTML bytes parsed per page
     max_redirect_chain: int = Field(10, ge=1)
     allow_private_addresses: bool = False
 
@@ -73,14 +74,31 @@ class Normalize(_Section):
     drop_trailing_slash: bool = False
 
 
+class QueryParameters(_Section):
+    """One url_query_parameters entry: under path_prefix, the allowed parameter-name sets."""
+
+    path_prefix: str = Field("/", pattern=r"^/")
+    allow: list[list[str]] = Field(default_factory=list)
+
+
 class Policies(_Section):
-    """Which URLs are refused (docs/urls.md)."""
+    """Which URLs are refused (docs/urls.md, "Scope and policies")."""
 
     scope: Literal["origin", "host", "subdomains", "domain"] = "origin"
     do_not_crawl: list[str] = Field(default_factory=list)
     allow: list[str] = Field(default_factory=list)
     deny: list[str] = Field(default_factory=list)
-    url_query_parameters: list[dict[str, Any]] = Field(default_factory=list)
+    url_query_parameters: list[QueryParameters] = Field(default_factory=list)
+
+    @field_validator("do_not_crawl", "allow", "deny")
+    @classmethod
+    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
+        """Reject empty patterns and invalid regexes at load time, naming the pattern."""
+        from courtly.policy import compile_pattern  # late: policy imports urls imports config
+
+        for pattern in patterns:
+            compile_pattern(pattern)
+        return patterns
 
 
 class Traps(_Section):
@@ -104,6 +122,9 @@ class Recrawl(_Section):
     min_interval: float = Field(3600.0, ge=0)
     max_interval: float = Field(90 * 86400.0, ge=0)
     adaptive: bool = True
+    changed_factor: float = Field(0.5, gt=0, le=1)  # interval × this when the content changed
+    unchanged_factor: float = Field(1.5, ge=1)  # interval × this when it did not
+    error_backoff: float = Field(2.0, ge=1)  # error interval × this after each repeated error
 
 
 class Dedup(_Section):
@@ -111,7 +132,7 @@ class Dedup(_Section):
 
     exact: bool = True
     near: bool = True
-    max_distance: int = Field(3, ge=0, le=64)
+    min_similarity: float = Field(0.8, gt=0, le=1)  # estimated Jaccard of word shingles
     follow_links_of_duplicates: bool = True
 
 
@@ -126,6 +147,7 @@ class CrawlConfig(_Section):
     concurrency: int = Field(32, ge=1)
     user_agent: str = "courtly/0.1 (+https://example.invalid/courtly)"
     strategy: str = "breadth-first"
+    strategy_args: dict[str, Any] = Field(default_factory=dict)  # passed to the strategy
     obey_robots: bool | None = None  # shorthand for robots.obey
     store_content: bool = True
     force_recrawl: bool = False

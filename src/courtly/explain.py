@@ -1,0 +1,59 @@
+"""`courtly check URL`: the normalized form, scope, the deciding rule, and the stored state."""
+
+from __future__ import annotations
+
+from courtly.config import CrawlConfig
+from courtly.policy import Policy
+from courtly.robots import rules_for_status
+from courtly.store import Store
+from courtly.urls import normalize, origin_of
+
+
+def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tuple[str, str]]:
+    """(label, value) lines answering 'why was this page (not) crawled?'."""
+    normalized = normalize(url, None, config.normalize)
+    if normalized is None:
+        return [("url", url), ("verdict", "refused: not a valid http(s) URL")]
+    lines = [("url", url), ("normalized", normalized)]
+    origins = store.configured_origins() if store is not None else []
+    seeds = [s for s in (normalize(s, None, config.normalize) for s in config.seeds) if s]
+    seeds += [o + "/" for o in origins]
+    record = store.candidate(normalized) if store is not None else None
+    origin = origin_of(normalized)
+    policy = Policy(config.policies, config.traps, seeds)
+    in_scope = policy.in_scope(normalized)
+    scope = config.policies.scope
+    lines.append(("scope", f"{'in' if in_scope else 'NOT in'} scope ({scope}; "
+                           f"{len(seeds)} seeds/origins known)"))
+    depth = int(record["depth"]) if record else 0
+    verdict = policy.check(normalized, depth)
+    lines.append(("policy", f"{'allowed' if verdict.allowed else 'refused'}: {verdict.rule}"))
+    robots_line, robots_ok = "not fetched yet (checked right before the fetch)", True
+    if not config.robots.obey:
+        robots_line = "ignored (obey_robots = false)"
+    elif store is not None:
+        state = store.load_origin(origin)
+        if state.robots_status is not None:
+            rules = rules_for_status(
+                state.robots_status, state.robots_body or b"", config.user_agent,
+                config.robots.max_size,
+            )
+            robots_ok, rule = rules.explain(normalized)
+            robots_line = f"{'allowed' if robots_ok else 'disallowed'}: {rule}"
+    lines.append(("robots.txt", robots_line))
+    if not in_scope:
+        final = "not crawled: out of scope"
+    elif not verdict.allowed:
+        final = "not crawled: BLOCKED_URL_BY_LOCAL_POLICY"
+    elif not robots_ok:
+        final = "not crawled: BLOCKED_BY_ROBOTS_TXT"
+    else:
+        final = "crawlable"
+    lines.append(("verdict", final))
+    if record is None:
+        lines.append(("database", "unknown URL" if store is not None else "no database"))
+    else:
+        lines.append(("database", f"{record['state']}, last exit code {record['exit_code']}, "
+                                  f"HTTP {record['http_status']}, depth {record['depth']}, "
+                                  f"next due {record['next_due']}"))
+    return lines

@@ -1,0 +1,343 @@
+"""Scope, local crawl policies and trap guards: is this URL ours to crawl? (docs/urls.md).
+
+`Policy.in_scope` is the hot path (every extracted link): it caches the answer per
+"scheme://authority" prefix, so a call is a string slice and a dict lookup. `Policy.check` runs
+the rules in the order documented under "Scope and policies" and returns the first refusal.
+
+The do_not_crawl, deny and allow patterns are compiled together into RE2 sets (google-re2):
+one match call per URL whatever the number of patterns, and the set reports which patterns
+matched, so the verdict can name the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_plus
+
+import re2
+
+from courtly.urls import host_of, origin_of, registered_domain
+
+if TYPE_CHECKING:
+    from courtly.config import Policies, QueryParameters, Traps
+
+__all__ = ["ALLOWED", "Policy", "Verdict", "compile_pattern"]
+
+# Matches the "scheme://authority" part of an absolute URL; path patterns start after it.
+_AUTHORITY = r"[^:/?#]+://[^/?#]*"
+# Above this many glob/regex patterns, a FilteredRE2 (literal prefilter, then only the candidate
+# regexes) replaces the single RE2 set: one big set's DFA can thrash on many '*' patterns.
+SET_LIMIT = 1000
+# RE2 memory budget per compiled set; allocated lazily, so a small rule list costs little.
+_MAX_MEM = 256 << 20
+_SCOPE_CACHE_SIZE = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of `Policy.check`: allowed or not, and the rule that decided."""
+
+    allowed: bool
+    rule: str
+
+
+ALLOWED = Verdict(True, "allowed")
+
+
+def _glob_body(glob: str) -> str:
+    """Translate a glob (*, ?, [seq], [!seq]) into an RE2 regex body (no anchors)."""
+    out: list[str] = []
+    i, n = 0, len(glob)
+    while i < n:
+        char = glob[i]
+        i += 1
+        if char == "*":
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+        elif char == "[" and (end := glob.find("]", i + 1)) > 0:
+            body = glob[i:end].replace("\\", "\\\\")
+            i = end + 1
+            out.append("[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
+        else:
+            out.append(re2.escape(char))
+    return "".join(out)
+
+
+def compile_pattern(pattern: str) -> tuple[str, bool]:
+    """Translate one pattern to (RE2 regex matched from the start of the URL, is_literal).
+
+    "re:..." is searched anywhere in the URL, or matched at the start of the path when it begins
+    with "/"; "glob:..." must match the whole URL (or the whole path+query when it begins with
+    "/"); anything else is a literal prefix of the URL (or of the path+query when it begins with
+    "/"). Raises ValueError for an empty pattern or an invalid regex.
+    """
+    literal = False
+    if pattern.startswith("re:"):
+        body = pattern[3:]
+        regex = (_AUTHORITY if body.startswith("/") else ".*?") + "(?:" + body + ")"
+    elif pattern.startswith("glob:"):
+        body = pattern[5:]
+        regex = (_AUTHORITY if body.startswith("/") else "") + _glob_body(body) + "$"
+    else:
+        body, literal = pattern, True
+        regex = (_AUTHORITY if body.startswith("/") else "") + re2.escape(body)
+    if not body:
+        raise ValueError(f"empty pattern: {pattern!r}")
+    try:
+        re2.compile(body if pattern.startswith("re:") else regex)  # "a)|(b" must not compile
+        re2.compile(regex)
+    except re2.error:
+        raise ValueError(f"invalid regex in pattern {pattern!r}") from None
+    return "(?s)" + regex, literal
+
+
+def _options() -> Any:
+    options = re2.Options()
+    options.max_mem = _MAX_MEM
+    options.log_errors = False
+    return options
+
+
+class _Matcher:
+    """Patterns compiled into one RE2 set (plus a FilteredRE2 for more than SET_LIMIT globs and
+    regexes, where literal prefixes stay in the set); `match` returns the indices hit."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        literal: list[tuple[int, str]] = []
+        complex_: list[tuple[int, str]] = []
+        for index, pattern in enumerate(patterns):
+            regex, is_literal = compile_pattern(pattern)
+            (literal if is_literal else complex_).append((index, regex))
+        self._set_ids = [index for index, _ in literal]
+        self._filter: Any = None
+        self._filter_ids = [index for index, _ in complex_]
+        if len(complex_) > SET_LIMIT:
+            self._filter = re2.Filter()
+            for _, regex in complex_:
+                self._filter.Add("^" + regex, _options())
+            self._filter.Compile()
+        else:  # few enough: everything in one RE2 set, one match call per URL
+            literal += complex_
+            self._set_ids += self._filter_ids
+            self._filter_ids = []
+        self._set = self._build_set(literal)
+
+    @staticmethod
+    def _build_set(regexes: list[tuple[int, str]]) -> Any:
+        if not regexes:
+            return None
+        matcher = re2.Set.MatchSet(_options())  # anchored at the start of the URL
+        for _, regex in regexes:
+            matcher.Add(regex)
+        matcher.Compile()
+        return matcher
+
+    def match(self, url: str) -> list[int]:
+        """Indices (into the pattern list) of every pattern that matches url."""
+        hits: list[int] = []
+        text = url.encode()
+        if self._set is not None:
+            found = self._set.Match(text)
+            if found:
+                ids = self._set_ids
+                hits.extend(ids[i] for i in found)
+        if self._filter is not None:
+            found = self._filter.Match(text)
+            if found:
+                ids = self._filter_ids
+                hits.extend(ids[i] for i in found)
+        return hits
+
+
+@dataclass(frozen=True, slots=True)
+class _QueryRule:
+    path_prefix: str
+    combos: frozenset[frozenset[str]]
+    rule: str
+
+
+def _query_rule(entry: QueryParameters) -> _QueryRule:
+    """One url_query_parameters entry → a compiled rule with its reason text."""
+    prefix = entry.path_prefix
+    combos = frozenset(frozenset(names) for names in entry.allow)
+    shown = ", ".join(sorted("{" + ",".join(sorted(c)) + "}" for c in combos)) or "no parameters"
+    return _QueryRule(prefix, combos, f"url_query_parameters: {prefix} allows {shown}")
+
+
+def _split(url: str) -> tuple[str, str]:
+    """(path, query) of an absolute URL, by string slicing (the URL is already normalized)."""
+    start = url.find("://")
+    start = start + 3 if start >= 0 else 0
+    end = len(url)
+    hash_at = url.find("#", start)
+    if hash_at >= 0:
+        end = hash_at
+    query_at = url.find("?", start, end)
+    path_end = query_at if query_at >= 0 else end
+    slash = url.find("/", start, path_end)
+    path = url[slash:path_end] if slash >= 0 else "/"
+    query = url[query_at + 1 : end] if query_at >= 0 else ""
+    return path, query
+
+
+def _param_names(query: str) -> list[str]:
+    """Parameter names of a query string, in order, duplicates kept, empty pairs skipped."""
+    names = []
+    for pair in query.split("&"):
+        if pair:
+            name = pair.split("=", 1)[0]
+            names.append(unquote_plus(name) if "%" in name or "+" in name else name)
+    return names
+
+
+def _authority_key(url: str) -> str:
+    """The URL up to the first '/' after "scheme://": it contains the whole authority."""
+    slash = url.find("/", url.find("://") + 3)
+    return url[:slash] if slash > 0 else url
+
+
+class Policy:
+    """Scope, do_not_crawl, allow/deny, url_query_parameters and trap guards for one crawl."""
+
+    def __init__(self, policies: Policies, traps: Traps, seeds: Iterable[str]) -> None:
+        """Derive the scope from the seeds (absolute URLs) and compile every rule."""
+        self.scope = policies.scope
+        self.traps = traps
+        self.origins: frozenset[str] = frozenset()
+        self.hosts: frozenset[str] = frozenset()
+        self.domains: frozenset[str] = frozenset()
+        origins, hosts = set(), set()
+        for seed in seeds:
+            try:
+                origins.add(origin_of(seed))
+                hosts.add(host_of(seed))
+            except ValueError:
+                continue
+        self.origins, self.hosts = frozenset(origins), frozenset(hosts)
+        if self.scope == "domain":  # the public suffix list loads on first use: only if needed
+            self.domains = frozenset(registered_domain(h) for h in hosts)
+        self._scope_cache: dict[str, str | None] = {}
+        self._lists = (
+            [("do_not_crawl", p) for p in policies.do_not_crawl]
+            + [("deny", p) for p in policies.deny]
+            + [("allow", p) for p in policies.allow]
+        )
+        self._matcher = _Matcher([p for _, p in self._lists])
+        self._has_allow = bool(policies.allow)
+        self._query_rules = [_query_rule(e) for e in policies.url_query_parameters]
+
+    @property
+    def max_pages_per_origin(self) -> int | None:
+        """Pages per origin per run (enforced by the crawler); None when unlimited."""
+        return self.traps.max_pages_per_origin or None
+
+    def _origin_in_scope(self, url: str) -> str | None:
+        """The URL's origin if it is in scope, else None (uncached)."""
+        try:
+            origin = origin_of(url)
+            if self.scope == "origin":
+                return origin if origin in self.origins else None
+            host = host_of(url)
+        except ValueError:
+            return None
+        if self.scope == "host":
+            in_scope = host in self.hosts
+        elif self.scope == "subdomains":
+            in_scope = host in self.hosts
+            dot = host.find(".")
+            while not in_scope and dot >= 0:
+                in_scope = host[dot + 1 :] in self.hosts
+                dot = host.find(".", dot + 1)
+        else:
+            in_scope = registered_domain(host) in self.domains
+        return origin if in_scope else None
+
+    def origin_for(self, url: str) -> str | None:
+        """The origin crawler url belongs to ("scheme://host:port"), or None if out of scope.
+
+        With scope "origin" that is the URL's origin when it is a seed origin; with a wider
+        scope it is the URL's own origin, so each origin discovered in scope gets its crawler.
+        """
+        key = _authority_key(url)
+        cache = self._scope_cache
+        origin = cache.get(key, "")
+        if origin != "":
+            return origin
+        origin = self._origin_in_scope(url)
+        if len(cache) >= _SCOPE_CACHE_SIZE:
+            cache.clear()  # bounded memory: many authorities is rare, recomputing is cheap
+        cache[key] = origin
+        return origin
+
+    def in_scope(self, url: str) -> bool:
+        """Whether url is inside the crawl scope (cached per scheme://authority)."""
+        slash = url.find("/", url.find("://") + 3)  # inlined _authority_key: the hot path
+        origin = self._scope_cache.get(url[:slash] if slash > 0 else url, "")
+        if origin == "":
+            origin = self.origin_for(url)
+        return origin is not None
+
+    def check(self, url: str, depth: int) -> Verdict:
+        """The first rule refusing url (found at link depth `depth` from a seed), or ALLOWED.
+
+        Order: scope, max_url_length, do_not_crawl, deny, allow, url_query_parameters,
+        max_query_params, max_path_depth, max_segment_repeats, max_depth.
+        """
+        traps = self.traps
+        if not self.in_scope(url):
+            return Verdict(False, f"scope: not in {self.scope}")
+        if traps.max_url_length and len(url) > traps.max_url_length:
+            return Verdict(False, f"trap: max_url_length {traps.max_url_length}")
+        if self._lists:
+            verdict = self._check_patterns(url)
+            if verdict is not None:
+                return verdict
+        path, query = _split(url)
+        names = _param_names(query) if query else []
+        if names and self._query_rules:
+            verdict = self._check_query(path, names)
+            if verdict is not None:
+                return verdict
+        if traps.max_query_params and len(names) > traps.max_query_params:
+            return Verdict(False, f"trap: max_query_params {traps.max_query_params}")
+        if traps.max_path_depth or traps.max_segment_repeats:
+            segments = path[1:].split("/")
+            if "" in segments:  # a trailing or doubled slash: empty segments do not count
+                segments = [s for s in segments if s]
+            if traps.max_path_depth and len(segments) > traps.max_path_depth:
+                return Verdict(False, f"trap: max_path_depth {traps.max_path_depth}")
+            limit = traps.max_segment_repeats
+            if limit and len(segments) > limit:
+                distinct = set(segments)
+                if len(distinct) < len(segments) and max(map(segments.count, distinct)) > limit:
+                    return Verdict(False, f"trap: max_segment_repeats {limit}")
+        if traps.max_depth and depth > traps.max_depth:
+            return Verdict(False, f"trap: max_depth {traps.max_depth}")
+        return ALLOWED
+
+    def _check_patterns(self, url: str) -> Verdict | None:
+        """do_not_crawl, then deny (deny wins over allow), then the allow list."""
+        hits = self._matcher.match(url)
+        if hits:
+            hits.sort()  # the lists are concatenated in check order: first hit decides
+            kind, pattern = self._lists[hits[0]]
+            if kind != "allow":
+                return Verdict(False, f"{kind}: {pattern}")
+            return None
+        if self._has_allow:
+            return Verdict(False, "allow: no allow pattern matches")
+        return None
+
+    def _check_query(self, path: str, names: list[str]) -> Verdict | None:
+        """Refuse when some rule covers the path and no covering rule allows these names."""
+        covering: _QueryRule | None = None
+        name_set = frozenset(names)
+        for rule in self._query_rules:
+            if path.startswith(rule.path_prefix):
+                if name_set in rule.combos:
+                    return None
+                covering = covering or rule
+        return None if covering is None else Verdict(False, covering.rule)
