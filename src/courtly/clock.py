@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import time
 
-_OFFSET = float(os.environ.get("COURTLY_TIME_OFFSET", "0") or 0)
+
+def offset() -> float:
+    """COURTLY_TIME_OFFSET in seconds (read each time, so a test can move time between runs)."""
+    return float(os.environ.get("COURTLY_TIME_OFFSET", "0") or 0)
 
 
 def now() -> float:
     """Seconds since the epoch, shifted by COURTLY_TIME_OFFSET (for recrawl tests)."""
-    return time.time() + _OFFSET
+    return time.time() + offset()

@@ -1,18 +1,37 @@
-"""The crawling strategy API (Frontera's) and the built-in strategies."""
+"""The crawling strategy API (Frontera's) and the built-in strategies.
+
+A strategy is a class with Frontera's event handlers — `read_seeds`, `page_crawled`,
+`filter_extracted_links`, `links_extracted`, `request_error`, `finished`, `close` — and helpers —
+`schedule`, `create_request`, `refresh_states` — plus two courtly additions: `origin_opened`
+(the origin's robots.txt is known, with its Sitemap lines) and `domain_metadata`, a persistent
+mapping of origin → dict. See docs/strategies.md.
+"""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TextIO
 
 from courtly.model import LinkState
+from courtly.urls import origin_of
+
+if TYPE_CHECKING:
+    from courtly.store.base import OriginState, Store
+
+log = logging.getLogger("courtly.strategy")
 
 
 @dataclass(slots=True)
 class Request:
-    """A URL the strategy reasons about (Frontera's Request)."""
+    """A URL the strategy reasons about (Frontera's Request).
+
+    `state` is the URL's link state: set for the requests the crawler hands to event handlers,
+    None for one made by `create_request` until `refresh_states` fills it.
+    """
 
     url: str
     depth: int = 0
@@ -42,52 +61,178 @@ class Scheduled:
     dont_queue: bool
 
 
-class StateLookup:
-    """Reads link states for refresh_states; the crawler provides one backed by the store."""
+class StrategyContext(Protocol):
+    """What a strategy may read and persist through the crawler (Frontera's states_context)."""
 
     def states(self, urls: list[str]) -> dict[str, LinkState]:
-        """Known states by URL (unknown URLs are absent)."""
-        return {}
+        """Known link states by URL (unknown URLs are absent)."""
+        ...
+
+    def load_metadata(self, origin: str) -> dict[str, Any]:
+        """The persisted domain metadata of an origin ({} if none)."""
+        ...
+
+    def save_metadata(self, origin: str, data: dict[str, Any]) -> None:
+        """Persist an origin's domain metadata."""
+        ...
+
+
+class MemoryContext:
+    """A context with no database (a strategy used on its own, e.g. in a unit test)."""
+
+    def __init__(self) -> None:
+        self.link_states: dict[str, LinkState] = {}
+        self.metadata: dict[str, dict[str, Any]] = {}
+
+    def states(self, urls: list[str]) -> dict[str, LinkState]:
+        """Known link states by URL."""
+        return {u: self.link_states[u] for u in urls if u in self.link_states}
+
+    def load_metadata(self, origin: str) -> dict[str, Any]:
+        """A copy of the saved metadata."""
+        return json.loads(json.dumps(self.metadata.get(origin, {})))  # type: ignore[no-any-return]
+
+    def save_metadata(self, origin: str, data: dict[str, Any]) -> None:
+        """Keep a copy."""
+        self.metadata[origin] = json.loads(json.dumps(data))
+
+
+class StoreContext:
+    """A context backed by the crawl database.
+
+    `live_state(origin)` gives the crawler's in-memory OriginState of an origin it crawls, so that
+    the domain metadata and the rest of the origin's state are one record, saved together.
+    """
+
+    def __init__(
+        self, store: Store, live_state: Callable[[str], OriginState | None] | None = None
+    ) -> None:
+        self.store = store
+        self.live_state = live_state or (lambda origin: None)
+
+    def states(self, urls: list[str]) -> dict[str, LinkState]:
+        """Known link states, from the candidates' unique URL index."""
+        return self.store.states(urls)
+
+    def _state(self, origin: str) -> OriginState:
+        return self.live_state(origin) or self.store.load_origin(origin)
+
+    def load_metadata(self, origin: str) -> dict[str, Any]:
+        """The origin's metadata as persisted (or as the crawler holds it)."""
+        return self._state(origin).metadata
+
+    def save_metadata(self, origin: str, data: dict[str, Any]) -> None:
+        """Write the metadata with the rest of the origin's state."""
+        state = self._state(origin)
+        state.metadata = data
+        self.store.save_origin(state)
+
+
+class DomainMetadata(MutableMapping[str, dict[str, Any]]):
+    """Per-origin metadata that persists across runs (Frontera's DomainMetadata).
+
+    Keys are origins (`http://host:port`); values are JSON-serializable dicts. Reading an unknown
+    origin gives an empty dict to fill in. Changes are saved after each crawl action (`flush`);
+    iteration covers the origins read or written in this process, not the whole database.
+    """
+
+    def __init__(self, context: StrategyContext) -> None:
+        self._context = context
+        self._cache: dict[str, dict[str, Any]] = {}
+        self._saved: dict[str, str] = {}
+
+    def __getitem__(self, origin: str) -> dict[str, Any]:
+        data = self._cache.get(origin)
+        if data is None:
+            data = self._context.load_metadata(origin)
+            self._cache[origin] = data
+            self._saved[origin] = json.dumps(data, sort_keys=True)
+        return data
+
+    def __setitem__(self, origin: str, value: dict[str, Any]) -> None:
+        self[origin]  # load the saved snapshot first
+        self._cache[origin] = value
+
+    def __delitem__(self, origin: str) -> None:
+        self[origin] = {}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._cache))
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def flush(self) -> int:
+        """Save the entries that changed since they were loaded or saved; returns how many."""
+        saved = 0
+        for origin, data in self._cache.items():
+            text = json.dumps(data, sort_keys=True)
+            if text != self._saved.get(origin):
+                self._context.save_metadata(origin, data)
+                self._saved[origin] = text
+                saved += 1
+        return saved
 
 
 class CrawlingStrategy:
-    """Base class: override the event handlers; call schedule() to queue URLs with a score."""
+    """Base class: override the event handlers; call `schedule()` to queue URLs with a score.
 
-    name = "base"
+    The default behaviour is breadth-first: seeds score 1.0 and a link at depth d scores
+    1 / (1 + d). Subclasses take `(context, args)` in `__init__` and must call `super().__init__`.
+    """
 
-    def __init__(self, states: StateLookup | None = None) -> None:
-        self._states = states or StateLookup()
+    name: ClassVar[str] = "base"
+    #: how many URLs an origin's todo list takes from the database at a time; a strategy whose
+    #: scores must be obeyed page by page (depth-first, topical) uses a small batch
+    todo_batch: ClassVar[int] = 64
+
+    def __init__(
+        self, context: StrategyContext | None = None, args: dict[str, Any] | None = None
+    ) -> None:
+        self.context: StrategyContext = context or MemoryContext()
+        self.args: dict[str, Any] = dict(args or {})
+        self.domain_metadata = DomainMetadata(self.context)
         self.scheduled: list[Scheduled] = []
+
+    def bind(self, context: StrategyContext) -> None:
+        """Attach the crawler's context (the crawler calls this before the first event)."""
+        self.context = context
+        self.domain_metadata = DomainMetadata(context)
 
     # -- events (Frontera names) ---------------------------------------------------------
     def read_seeds(self, stream: TextIO) -> None:
-        """Schedule one request per non-empty, non-comment line."""
+        """Schedule one request per non-empty, non-comment line (the add-seeds workflow)."""
         for line in stream:
             url = line.strip()
             if url and not url.startswith("#"):
                 self.schedule(self.create_request(url), score=1.0)
 
+    def origin_opened(self, origin: str, sitemaps: list[str]) -> None:
+        """An origin's robots.txt is known for this run (its Sitemap lines given); courtly's."""
+
     def page_crawled(self, response: Response) -> None:
         """A page was crawled successfully."""
 
     def filter_extracted_links(self, request: Request, links: list[Request]) -> list[Request]:
-        """Keep only the links links_extracted needs (all by default)."""
+        """Keep only the links `links_extracted` needs (their states are read after this)."""
         return links
 
     def links_extracted(self, request: Request, links: list[Request]) -> None:
-        """Schedule the extracted links (breadth-first by default)."""
+        """Schedule the extracted links that were never crawled (breadth-first by default)."""
         for link in links:
-            self.schedule(link, score=1.0 / (1 + link.depth))
+            if link.state in (None, LinkState.NOT_CRAWLED):
+                self.schedule(link, score=1.0 / (1 + link.depth))
 
     def request_error(self, request: Request, error: str) -> None:
-        """A crawl action ended in an error (the exit code name)."""
+        """A crawl action ended in an error (`error` is the exit code name)."""
 
     def finished(self) -> bool:
         """True once the crawl's goal is reached: the crawl stops."""
         return False
 
     def close(self) -> None:
-        """The crawl is ending."""
+        """The crawl is ending: the domain metadata is saved."""
+        self.domain_metadata.flush()
 
     # -- helpers -------------------------------------------------------------------------
     def schedule(self, request: Request, score: float = 1.0, dont_queue: bool = False) -> None:
@@ -97,15 +242,16 @@ class CrawlingStrategy:
     def create_request(
         self, url: str, depth: int = 0, meta: dict[str, Any] | None = None
     ) -> Request:
-        """A new request (its state is unknown until refresh_states)."""
+        """A new request; its state is None until `refresh_states`."""
         return Request(url, depth, meta=dict(meta or {}))
 
     def refresh_states(self, requests: Iterable[Request]) -> None:
-        """Fill request.state from the crawl database."""
+        """Fill request.state from the crawl database (unknown URLs are NOT_CRAWLED)."""
         batch = list(requests)
-        known = self._states.states([r.url for r in batch])
+        known = self.context.states([r.url for r in batch])
         for r in batch:
             r.state = known.get(r.url, LinkState.NOT_CRAWLED)
+            r.meta["known"] = r.url in known
 
     def take_scheduled(self) -> list[Scheduled]:
         """Hand the scheduled requests to the crawler (and forget them)."""
@@ -120,18 +266,91 @@ class BreadthFirst(CrawlingStrategy):
 
 
 class DepthFirst(CrawlingStrategy):
-    """Deep pages first."""
+    """Deep pages first: a link scores higher the deeper it is; the todo list refills per page."""
 
     name = "depth-first"
+    todo_batch = 1
 
     def links_extracted(self, request: Request, links: list[Request]) -> None:
         """Deeper links get higher scores."""
         for link in links:
-            self.schedule(link, score=1.0 - 1.0 / (2 + link.depth))
+            if link.state in (None, LinkState.NOT_CRAWLED):
+                self.schedule(link, score=1.0 - 1.0 / (2 + link.depth))
+
+
+class Discovery(CrawlingStrategy):
+    """Find as many URLs as possible: sitemaps first, then links; at most N new URLs per origin.
+
+    On each origin's first turn it schedules the sitemaps named in robots.txt and /sitemap.xml
+    (score 1.0); the crawler parses sitemaps and sitemap indexes (gzip too) and hands their
+    <loc> entries to `links_extracted` like links. The cap (`max_pages_per_origin`, default 1000)
+    counts the new URLs admitted per origin and persists in the domain metadata.
+    """
+
+    name = "discovery"
+    SITEMAP_SCORE = 1.0
+
+    def __init__(
+        self, context: StrategyContext | None = None, args: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(context, args)
+        self.cap = int(self.args.get("max_pages_per_origin", 1000))
+
+    def origin_opened(self, origin: str, sitemaps: list[str]) -> None:
+        """Schedule the robots.txt sitemaps and the conventional /sitemap.xml."""
+        urls = list(dict.fromkeys([*sitemaps, origin + "/sitemap.xml"]))
+        for url in urls:
+            self.schedule(self.create_request(url, meta={"sitemap": True}), self.SITEMAP_SCORE)
+
+    def read_seeds(self, stream: TextIO) -> None:
+        """Seeds are admitted and counted against their origin's cap."""
+        for line in stream:
+            url = line.strip()
+            if url and not url.startswith("#"):
+                self._admit(self.create_request(url), 1.0)
+
+    def links_extracted(self, request: Request, links: list[Request]) -> None:
+        """New URLs (sitemap entries first) until the origin's cap is reached."""
+        for link in links:
+            if link.meta.get("known"):
+                continue
+            if link.meta.get("sitemap"):  # a sitemap named by a sitemap index
+                self.schedule(link, self.SITEMAP_SCORE)
+            else:
+                score = 0.9 if link.meta.get("from_sitemap") else 1.0 / (1 + link.depth)
+                self._admit(link, score)
+
+    def _admit(self, link: Request, score: float) -> None:
+        try:
+            origin = origin_of(link.url)
+        except ValueError:
+            return
+        meta = self.domain_metadata[origin]
+        admitted = int(meta.get("discovered", 0))
+        if admitted >= self.cap:
+            meta["capped"] = True
+            return
+        meta["discovered"] = admitted + 1
+        self.schedule(link, score)
+
+
+class RecrawlOnly(CrawlingStrategy):
+    """Crawl only what the database already knows (what is due, and known URLs never crawled).
+
+    It schedules nothing: no seeds, no links, no redirect targets.
+    """
+
+    name = "recrawl-only"
+
+    def read_seeds(self, stream: TextIO) -> None:
+        """Seeds are ignored."""
+
+    def links_extracted(self, request: Request, links: list[Request]) -> None:
+        """Links are ignored."""
 
 
 BUILTIN: dict[str, type[CrawlingStrategy]] = {
-    cls.name: cls for cls in (BreadthFirst, DepthFirst)
+    cls.name: cls for cls in (BreadthFirst, DepthFirst, Discovery, RecrawlOnly)
 }
 
 
@@ -139,12 +358,14 @@ class StrategyError(Exception):
     """The strategy named by the user cannot be loaded."""
 
 
-def load_strategy(spec: str, states: StateLookup | None = None) -> CrawlingStrategy:
+def load_strategy(
+    spec: str, context: StrategyContext | None = None, args: dict[str, Any] | None = None
+) -> CrawlingStrategy:
     """A built-in name, or 'module:Class' naming a CrawlingStrategy subclass."""
     if spec in BUILTIN:
-        return BUILTIN[spec](states)
+        return BUILTIN[spec](context, args)
     module_name, _, class_name = spec.partition(":")
-    if not class_name:
+    if not class_name or not module_name:
         names = ", ".join(sorted(BUILTIN))
         raise StrategyError(f"unknown strategy {spec!r} (built-in: {names}; or module:Class)")
     try:
@@ -153,4 +374,7 @@ def load_strategy(spec: str, states: StateLookup | None = None) -> CrawlingStrat
         raise StrategyError(f"cannot load strategy {spec!r}: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, CrawlingStrategy)):
         raise StrategyError(f"{spec!r} is not a courtly.strategy.CrawlingStrategy subclass")
-    return cls(states)
+    try:
+        return cls(context, args)
+    except Exception as exc:
+        raise StrategyError(f"cannot create strategy {spec!r}: {exc}") from None

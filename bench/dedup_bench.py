@@ -1,0 +1,212 @@
+"""Near-duplicate detection: simhash (64 bits, 4×16-bit band index) against MinHash (LSH bands).
+
+The result decided courtly.dedup (see its docstring): MinHash, computed by one-permutation hashing.
+
+Corpus: windows of real English text (the seed documents and the Python standard library's
+docstrings), each copied with known edits — a fraction of words replaced, inserted or deleted —
+and with a page's chrome changed (a navigation header, a date). For each method it reports
+recall by edit level, false positives among distinct documents, fingerprint time per document,
+and the bytes kept per document (signature + index rows).
+
+    .venv/bin/python bench/dedup_bench.py [--docs 200] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import random
+import re
+import sys
+import sysconfig
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import xxhash
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from courtly import dedup
+
+EDITS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.10, 0.20)
+
+
+def corpus_words() -> list[str]:
+    """A long stream of real words: seed documents, then stdlib docstrings."""
+    texts = [p.read_text(errors="replace") for p in Path("/work/shared/seeds").glob("*.txt")]
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(stdlib.glob("*.py"))[:400]:
+        try:
+            tree = ast.parse(path.read_text(errors="replace"))
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.Module):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) > 200:
+                    texts.append(doc)
+    return re.findall(r"\S+", "\n".join(texts))
+
+
+def edit(words: list[str], fraction: float, rng: random.Random, vocab: list[str]) -> list[str]:
+    """Replace, insert or delete `fraction` of the words at random places."""
+    out = list(words)
+    for _ in range(round(len(words) * fraction)):
+        i = rng.randrange(len(out))
+        op = rng.random()
+        if op < 0.5:
+            out[i] = rng.choice(vocab)
+        elif op < 0.75:
+            out.insert(i, rng.choice(vocab))
+        elif len(out) > 1:
+            del out[i]
+    return out
+
+
+def chrome(words: list[str], rng: random.Random, vocab: list[str]) -> list[str]:
+    """The same article in another page: a new 12-word navigation bar and a changed date."""
+    nav = [rng.choice(vocab) for _ in range(12)]
+    return ["Home", "News", *nav, "Posted", f"2024-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}",
+            *words, "Copyright", "2024"]
+
+
+# -- the two methods ----------------------------------------------------------------------
+
+
+@dataclass
+class Method:
+    name: str
+    fingerprint: Callable[[str], object]
+    keys: Callable[[object], list[tuple[int, int]]]  # index rows
+    similar: Callable[[object, object], bool]
+    bytes_per_doc: int
+    index: dict[tuple[int, int], list[int]] = field(default_factory=lambda: defaultdict(list))
+
+
+def simhash_method(shingle: int, k: int) -> Method:
+    def fp(text: str) -> int | None:
+        tokens = dedup.words(text)
+        hashes = [xxhash.xxh64_intdigest(s.encode()) for s in set(dedup.shingles(tokens, shingle))]
+        half, value = len(hashes) / 2, 0
+        for pos, col in enumerate(zip(*(f"{h:064b}" for h in hashes), strict=True)):
+            if col.count("1") > half:
+                value |= 1 << (63 - pos)
+        return value
+
+    return Method(
+        f"simhash64 shingle={shingle} k<={k}", fp,
+        lambda v: [(i, (v >> (16 * i)) & 0xFFFF) for i in range(4)],  # type: ignore[operator]
+        lambda a, b: (a ^ b).bit_count() <= k,  # type: ignore[operator]
+        8 + 4 * 12,  # the BIGINT + 4 index rows of (candidate, band, value)
+    )
+
+
+_P = (1 << 61) - 1
+
+
+def minhash_method(perms: int, bands: int, threshold: float, shingle: int = 3) -> Method:
+    rng = random.Random(42)
+    coeffs = [(rng.randrange(1, _P), rng.randrange(0, _P)) for _ in range(perms)]
+    rows = perms // bands
+
+    def fp(text: str) -> list[int]:
+        hashes = [xxhash.xxh64_intdigest(s.encode()) & _P
+                  for s in set(dedup.shingles(dedup.words(text), shingle))]
+        return [min((a * h + b) % _P for h in hashes) for a, b in coeffs]
+
+    def keys(sig: object) -> list[tuple[int, int]]:
+        s = sig  # list[int]
+        return [(i, xxhash.xxh64_intdigest(repr(s[i * rows:(i + 1) * rows]).encode()))  # type: ignore[index]
+                for i in range(bands)]
+
+    def similar(a: object, b: object) -> bool:
+        same = sum(x == y for x, y in zip(a, b, strict=True))  # type: ignore[call-overload]
+        return same / perms >= threshold
+
+    return Method(f"minhash {perms} perms, {bands}x{rows} LSH, J>={threshold}", fp, keys,
+                  similar, perms * 4 + bands * 12)
+
+
+def courtly_method() -> Method:
+    """What courtly uses (courtly.dedup): MinHash by one-permutation hashing, 16-bit values."""
+    threshold = 0.8
+
+    def fp(text: str) -> bytes | None:
+        return dedup.signature(text, min_words=1)
+
+    def keys(sig: object) -> list[tuple[int, int]]:
+        return [(0, key) for key in dedup.band_keys(sig)]  # type: ignore[arg-type]
+
+    def similar(a: object, b: object) -> bool:
+        return dedup.similarity(a, b) >= threshold  # type: ignore[arg-type]
+
+    return Method(f"courtly.dedup: oph-minhash {dedup.BINS} bins, {dedup.BANDS}x{dedup.ROWS} "
+                  f"LSH, J>={threshold}", fp, keys, similar,
+                  dedup.BINS * 2 + 8 + dedup.BANDS * 16)
+
+
+def run(method: Method, originals: list[str], variants: dict[float, list[str]],
+        chromes: list[str], strangers: list[str]) -> dict[str, float]:
+    sigs: list[object] = []
+    started = time.perf_counter()
+    for i, text in enumerate(originals):
+        sig = method.fingerprint(text)
+        sigs.append(sig)
+        for key in method.keys(sig):
+            method.index[key].append(i)
+    per_doc = (time.perf_counter() - started) / len(originals)
+
+    def lookup(text: str) -> set[int]:
+        sig = method.fingerprint(text)
+        found: set[int] = set()
+        for key in method.keys(sig):
+            found.update(j for j in method.index.get(key, ()) if method.similar(sig, sigs[j]))
+        return found
+
+    result: dict[str, float] = {"ms/doc": per_doc * 1000, "bytes/doc": method.bytes_per_doc}
+    for fraction, texts in variants.items():
+        hits = sum(i in lookup(t) for i, t in enumerate(texts))
+        result[f"recall@{fraction:.1%}"] = hits / len(texts)
+    result["recall@chrome"] = sum(i in lookup(t) for i, t in enumerate(chromes)) / len(chromes)
+    false = sum(len(lookup(t)) for t in strangers)
+    result["false+/query"] = false / len(strangers)
+    buckets = [len(v) for v in method.index.values()]
+    result["max bucket"] = max(buckets)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=1)
+    opts = parser.parse_args()
+    rng = random.Random(opts.seed)
+    stream = corpus_words()
+    vocab = sorted(set(stream))
+    spans: list[list[str]] = []
+    pos = 0
+    while len(spans) < 2 * opts.docs and pos < len(stream):
+        length = rng.randint(150, 800)
+        spans.append(stream[pos:pos + length])
+        pos += length
+    originals = [" ".join(w) for w in spans[:opts.docs]]
+    strangers = [" ".join(w) for w in spans[opts.docs:]]
+    variants = {f: [" ".join(edit(w, f, rng, vocab)) for w in spans[:opts.docs]] for f in EDITS}
+    chromes = [" ".join(chrome(w, rng, vocab)) for w in spans[:opts.docs]]
+    print(f"{len(originals)} documents (150–800 words), {len(strangers)} distinct queries, "
+          f"{len(stream)} words of corpus\n")
+    methods = [simhash_method(1, 3), simhash_method(2, 3), simhash_method(3, 3),
+               minhash_method(128, 16, 0.8), minhash_method(128, 32, 0.7),
+               courtly_method()]
+    results = {m.name: run(m, originals, variants, chromes, strangers) for m in methods}
+    columns = list(next(iter(results.values())))
+    width = max(len(n) for n in results)
+    print(" " * width + "".join(f"{c:>14}" for c in columns))
+    for name, row in results.items():
+        print(f"{name:<{width}}" + "".join(f"{row[c]:>14.3g}" for c in columns))
+
+
+if __name__ == "__main__":
+    main()

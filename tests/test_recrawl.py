@@ -1,0 +1,195 @@
+"""Recrawl: next-due times, adaptive intervals, conditional GET; time moved forward by the clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from courtly.config import Recrawl, Robots
+from courtly.model import Candidate, CrawlAction, ExitCode
+from courtly.recrawl import interval, next_due
+from courtly.site import Page, html
+from tests.conftest import candidates, courtly, courtly_process, fetched_paths, rows
+
+DAY = 86400.0
+HTML = "text/html"
+LAST_MODIFIED = "Wed, 21 Oct 2015 07:28:00 GMT"
+
+
+def recrawl_site() -> dict[str, object]:
+    def same(count: int) -> Page:  # answers 304 once it has been fetched
+        if count == 0:
+            return Page(html("Same", []), headers={"Content-Type": HTML, "ETag": '"v1"'})
+        return Page(b"", 304, {"ETag": '"v1"'})
+
+    def dated(count: int) -> Page:  # validators: Last-Modified only
+        if count == 0:
+            return Page(
+                html("Dated", []), headers={"Content-Type": HTML, "Last-Modified": LAST_MODIFIED}
+            )
+        return Page(b"", 304, {})
+
+    def changing(count: int) -> Page:  # new content on every fetch
+        return Page(html(f"Changing {count}", []), headers={"Content-Type": HTML})
+
+    return {
+        "/": Page(html("Home", ["/same", "/dated", "/changing", "/gone"])),
+        "/same": same,
+        "/dated": dated,
+        "/changing": changing,
+        "/gone": Page("broken", 500, {"Content-Type": "text/plain"}),
+    }
+
+
+def crawl_at(offset_days: float, *args: object) -> None:
+    """Run `courtly crawl` as a real process with time moved forward by COURTLY_TIME_OFFSET."""
+    proc = courtly_process("crawl", *args, env={"COURTLY_TIME_OFFSET": str(offset_days * DAY)})
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+
+
+def intervals(db: Path, origin: str) -> dict[str, float]:
+    return {
+        r["url"].removeprefix(origin): r["recrawl_interval"]
+        for r in rows(db, "SELECT url, recrawl_interval FROM candidates")
+    }
+
+
+def test_second_run_recrawls_what_is_due_with_conditional_requests(serve, db: Path) -> None:
+    site = serve({"a": recrawl_site()})
+    a = site.origins["a"]
+    assert courtly("crawl", a + "/", "--db", db, "--min-delay", "0").status == 0
+    assert sorted(fetched_paths(site, "a")) == ["/", "/changing", "/dated", "/gone", "/same"]
+    first = intervals(db, a)
+    assert first == {
+        "/": 7 * DAY,
+        "/same": 7 * DAY,
+        "/dated": 7 * DAY,
+        "/changing": 7 * DAY,
+        "/gone": 1 * DAY,
+    }
+
+    # nothing is due yet: a second run right away fetches nothing
+    assert courtly("crawl", "--db", db, "--min-delay", "0").status == 0
+    assert len(fetched_paths(site, "a")) == 5
+
+    crawl_at(8, "--db", db, "--min-delay", "0")
+    second = site.hits_for("a")[-5:]
+    assert sorted(h.path for h in second) == ["/", "/changing", "/dated", "/gone", "/same"]
+    headers = {h.path: h.headers for h in second}
+    assert headers["/same"]["If-None-Match"] == '"v1"'
+    assert headers["/dated"]["If-Modified-Since"] == LAST_MODIFIED
+    assert "If-None-Match" not in headers["/changing"]
+
+    cands = candidates(db)
+    assert cands[a + "/same"]["exit_code"] == "NOT_MODIFIED"
+    assert cands[a + "/dated"]["exit_code"] == "NOT_MODIFIED"
+    assert cands[a + "/same"]["etag"] == '"v1"'
+    log = rows(db, "SELECT exit_code FROM crawl_log WHERE url = ? ORDER BY id", a + "/same")
+    assert [r["exit_code"] for r in log] == ["OK", "NOT_MODIFIED"]
+    stored = rows(db, "SELECT body FROM content WHERE url = ?", a + "/same")[0]["body"]
+    assert zstandard.ZstdDecompressor().decompress(stored) == html("Same", []).encode()
+
+    # adaptive: unchanged pages wait longer, the changed one less, the error backs off
+    assert intervals(db, a) == {
+        "/": 10.5 * DAY,
+        "/same": 10.5 * DAY,
+        "/dated": 10.5 * DAY,
+        "/changing": 3.5 * DAY,
+        "/gone": 2 * DAY,
+    }
+
+    # at +12 days only what is due is crawled: /gone (due +10) and /changing (+11.5)
+    before = len(site.hits_for("a"))
+    crawl_at(12, "--db", db, "--min-delay", "0")
+    third = [h.path for h in site.hits_for("a")[before:] if h.path != "/robots.txt"]
+    assert third == ["/gone", "/changing"]
+    assert intervals(db, a)["/changing"] == 1.75 * DAY
+
+
+def test_force_recrawl_and_time_offset_in_process(
+    serve, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = serve({"a": recrawl_site()})
+    a = site.origins["a"]
+    assert courtly("crawl", a + "/", "--db", db, "--min-delay", "0").status == 0
+    run = courtly("crawl", "--db", db, "--min-delay", "0", "--force-recrawl")
+    assert run.status == 0
+    paths = fetched_paths(site, "a")
+    assert len(paths) == 10 and sorted(paths[5:]) == sorted(paths[:5])
+    assert site.hits_for("a")[-5:][0].path  # requests were made again
+    same = [h for h in site.hits_for("a") if h.path == "/same"]
+    assert same[1].headers["If-None-Match"] == '"v1"'
+    # the clock is read at each call: moving COURTLY_TIME_OFFSET makes pages due in-process too
+    monkeypatch.setenv("COURTLY_TIME_OFFSET", str(30 * DAY))
+    assert courtly("crawl", "--db", db, "--min-delay", "0").status == 0
+    assert len(fetched_paths(site, "a")) == 15
+
+
+# -- the interval rules on their own ----------------------------------------------------
+
+
+def action(code: ExitCode, content_hash: str | None = None) -> CrawlAction:
+    return CrawlAction(
+        Candidate(1, "http://a/", 0), "http://a", code, 1000.0, content_hash=content_hash
+    )
+
+
+def cand(last: float | None, code: str | None, content_hash: str | None = "h1") -> Candidate:
+    return Candidate(
+        1, "http://a/", 0, content_hash=content_hash, recrawl_interval=last, exit_code=code
+    )
+
+
+def test_interval_rules() -> None:
+    rules, robots = Recrawl(), Robots(expiry=1800)
+    # first crawl: the category's interval
+    assert interval(action(ExitCode.OK, "h1"), cand(None, None, None), rules, robots) == 7 * DAY
+    # changed content shrinks, unchanged grows, within bounds
+    assert interval(action(ExitCode.OK, "h2"), cand(4 * DAY, "OK"), rules, robots) == 2 * DAY
+    assert interval(action(ExitCode.OK, "h1"), cand(4 * DAY, "OK"), rules, robots) == 6 * DAY
+    assert (
+        interval(action(ExitCode.NOT_MODIFIED), cand(80 * DAY, "OK"), rules, robots)
+        == rules.max_interval
+    )
+    assert (
+        interval(action(ExitCode.OK, "h2"), cand(3600, "OK"), rules, robots) == rules.min_interval
+    )
+    # errors come back sooner, backing off while they repeat
+    assert interval(action(ExitCode.HTTP_SERVER_ERROR), cand(7 * DAY, "OK"), rules, robots) == DAY
+    assert (
+        interval(action(ExitCode.TIMEOUT), cand(DAY, "HTTP_SERVER_ERROR"), rules, robots) == 2 * DAY
+    )
+    assert (
+        interval(action(ExitCode.TIMEOUT), cand(80 * DAY, "TIMEOUT"), rules, robots)
+        == rules.max_interval
+    )
+    # blocked by robots.txt: when robots.txt expires
+    assert (
+        interval(
+            action(ExitCode.BLOCKED_BY_ROBOTS_TXT), cand(None, None), rules, Robots(expiry=7200)
+        )
+        == 7200
+    )
+    # adaptive off: fixed intervals
+    fixed = Recrawl(adaptive=False, ok=5 * DAY)
+    assert interval(action(ExitCode.OK, "h2"), cand(4 * DAY, "OK"), fixed, robots) == 5 * DAY
+    act = action(ExitCode.OK, "h2")
+    assert next_due(act, cand(4 * DAY, "OK"), rules, robots) == 1000.0 + 2 * DAY
+    assert act.recrawl_interval == 2 * DAY
+
+
+def test_recrawl_config_keys(
+    serve, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = serve({"a": recrawl_site()})
+    config = tmp_path / "crawl.toml"
+    config.write_text("[recrawl]\nok = 3600\nerror = 60\nmin_interval = 60\nadaptive = false\n")
+    a = site.origins["a"]
+    assert courtly("crawl", a + "/", "--db", db, "--min-delay", "0", "--config", config).status == 0
+    assert intervals(db, a)["/"] == 3600 and intervals(db, a)["/gone"] == 60
+    monkeypatch.setenv("COURTLY_TIME_OFFSET", "120")  # two minutes later: only the error is due
+    assert courtly("crawl", "--db", db, "--min-delay", "0", "--config", config).status == 0
+    assert fetched_paths(site, "a")[5:] == ["/gone"]

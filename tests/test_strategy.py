@@ -1,0 +1,284 @@
+"""End to end: each built-in strategy and a user strategy crawl a local site as documented."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from courtly.model import LinkState
+from courtly.site import Page, html
+from courtly.store.sqlite import SqliteStore
+from courtly.strategy import (
+    BUILTIN,
+    CrawlingStrategy,
+    MemoryContext,
+    StrategyError,
+    load_strategy,
+)
+from tests.conftest import candidates, courtly, fetched_paths, robots, rows
+
+
+def tree() -> dict[str, Page]:
+    """/ → a, b, c; a → a/1, a/2; a/1 → a/1/x; b → b/1."""
+    return {
+        "/": Page(html("Home", ["/a", "/b", "/c"])),
+        "/a": Page(html("A", ["/a/1", "/a/2"])),
+        "/b": Page(html("B", ["/b/1"])),
+        "/c": Page(html("C", [])),
+        "/a/1": Page(html("A1", ["/a/1/x"])),
+        "/a/2": Page(html("A2", [])),
+        "/b/1": Page(html("B1", [])),
+        "/a/1/x": Page(html("A1X", [])),
+    }
+
+
+def test_breadth_first_is_the_default(serve, db: Path) -> None:
+    site = serve({"a": tree()})
+    assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
+    assert fetched_paths(site, "a") == ["/", "/a", "/b", "/c", "/a/1", "/a/2", "/b/1", "/a/1/x"]
+
+
+def test_depth_first(serve, db: Path) -> None:
+    site = serve({"a": tree()})
+    run = courtly(
+        "crawl", site.url("a"), "--db", db, "--min-delay", "0", "--strategy", "depth-first"
+    )
+    assert run.status == 0, run.err
+    assert fetched_paths(site, "a") == ["/", "/a", "/a/1", "/a/1/x", "/a/2", "/b", "/b/1", "/c"]
+
+
+def sitemap(locs: list[str], index: bool = False) -> bytes:
+    tag, item = ("sitemapindex", "sitemap") if index else ("urlset", "url")
+    entries = "".join(f"<{item}><loc>{loc}</loc></{item}>" for loc in locs)
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>'
+        f'<{tag} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</{tag}>'
+    ).encode()
+
+
+XML = {"Content-Type": "application/xml"}
+
+
+def test_discovery_reads_sitemaps_from_robots_and_sitemap_xml(serve, db: Path) -> None:
+    site = serve(
+        {
+            "a": {
+                "/": Page(html("Home", ["/linked"])),
+                "/linked": Page(html("Linked", [])),
+                "/only-in-sitemap": Page(html("S1", ["/from-sitemap-page"])),
+                "/from-sitemap-page": Page(html("S1 child", [])),
+                "/gz-page": Page(html("GZ", [])),
+                "/conventional": Page(html("Conv", [])),
+            }
+        }
+    )
+    a = site.origins["a"]
+    pages = site.sites["a"]
+    pages["/robots.txt"] = robots(f"User-agent: *\nAllow: /\nSitemap: {a}/index.xml\n")
+    pages["/index.xml"] = Page(
+        sitemap([f"{a}/pages.xml.gz", f"{a}/more.xml"], index=True), 200, XML
+    )
+    pages["/pages.xml.gz"] = Page(
+        gzip.compress(sitemap([f"{a}/only-in-sitemap"])),
+        200,
+        {"Content-Type": "application/x-gzip"},
+    )
+    pages["/more.xml"] = Page(sitemap([f"{a}/gz-page", "http://elsewhere.invalid/x"]), 200, XML)
+    pages["/sitemap.xml"] = Page(sitemap([f"{a}/conventional"]), 200, {"Content-Type": "text/xml"})
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--strategy", "discovery")
+    assert run.status == 0, run.err
+    paths = fetched_paths(site, "a")
+    assert set(paths) == {
+        "/",
+        "/linked",
+        "/index.xml",
+        "/sitemap.xml",
+        "/pages.xml.gz",
+        "/more.xml",
+        "/only-in-sitemap",
+        "/from-sitemap-page",
+        "/gz-page",
+        "/conventional",
+    }
+    assert paths[:3] == ["/", "/index.xml", "/sitemap.xml"]  # the seed, then sitemaps
+    cands = candidates(db)
+    assert cands[a + "/index.xml"]["exit_code"] == "OK"
+    assert cands[a + "/index.xml"]["detail"] == "sitemap index: 2 URLs"
+    assert cands[a + "/pages.xml.gz"]["detail"] == "sitemap: 1 URLs"
+    assert not any("elsewhere" in url for url in cands)
+
+
+def test_discovery_caps_new_urls_per_origin_across_runs(serve, db: Path, tmp_path: Path) -> None:
+    pages = {"/": Page(html("Home", [f"/p{i}" for i in range(20)]))}
+    pages |= {f"/p{i}": Page(html(f"P{i}", [f"/p{i}/deeper"])) for i in range(20)}
+    site = serve({"a": pages})
+    config = tmp_path / "crawl.toml"
+    config.write_text('strategy = "discovery"\n[strategy_args]\nmax_pages_per_origin = 5\n')
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--config", config)
+    assert run.status == 0, run.err
+    a = site.origins["a"]
+    pages_crawled = [p for p in fetched_paths(site, "a") if not p.endswith(".xml")]
+    assert pages_crawled == ["/", "/p0", "/p1", "/p2", "/p3"]  # the seed + 4 links
+    meta = json.loads(rows(db, "SELECT metadata FROM origins WHERE origin = ?", a)[0]["metadata"])
+    assert meta == {"discovered": 5, "capped": True}
+    # the cap is domain metadata: it persists, so a new seed on a later run is not admitted
+    again = courtly("crawl", a + "/p9", "--db", db, "--min-delay", "0", "--config", config)
+    assert again.status == 0
+    assert a + "/p9" not in {u for u, c in candidates(db).items() if c["state"] == "CRAWLED"}
+
+
+def test_recrawl_only_adds_nothing(serve, db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = serve({"a": {"/": Page(html("Home", ["/x"])), "/x": Page(html("X", []))}})
+    assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
+    site.sites["a"]["/"] = Page(html("Home", ["/x", "/new"]))  # type: ignore[index]
+    monkeypatch.setenv("COURTLY_TIME_OFFSET", str(8 * 86400))
+    run = courtly("crawl", "--db", db, "--min-delay", "0", "--strategy", "recrawl-only")
+    assert run.status == 0, run.err
+    assert fetched_paths(site, "a") == ["/", "/x", "/", "/x"]
+    assert site.url("a", "/new") not in candidates(db)
+
+
+def anchors(title: str, links: dict[str, str]) -> str:
+    body = "".join(f'<a href="{href}">{text}</a> ' for href, text in links.items())
+    return f"<!doctype html><html><head><title>{title}</title></head><body>{body}</body></html>"
+
+
+def topical_site() -> dict[str, Page]:
+    return {
+        "/": Page(
+            anchors(
+                "Home",
+                {
+                    "/cook": "Cooking",
+                    "/py1": "Python tips",
+                    "/garden": "Gardening",
+                    "/py2": "More python",
+                    "/skipme": "skip this python page",
+                },
+            )
+        ),
+        "/py1": Page(anchors("Py1", {"/py3": "Python news", "/knit": "Knitting"})),
+        "/py2": Page(anchors("Py2", {})),
+        "/py3": Page(anchors("Py3", {})),
+        "/cook": Page(anchors("Cook", {})),
+        "/garden": Page(anchors("Garden", {})),
+        "/knit": Page(anchors("Knit", {})),
+        "/skipme": Page(anchors("Skip", {})),
+    }
+
+
+USER = "tests.test_strategy_user:Topical"
+
+
+def test_user_strategy_by_module_and_class(serve, db: Path) -> None:
+    site = serve({"a": topical_site()})
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--strategy", USER)
+    assert run.status == 0, run.err
+    assert fetched_paths(site, "a") == ["/", "/py1", "/py2", "/py3", "/cook", "/garden", "/knit"]
+    cands = candidates(db)
+    assert cands[site.url("a", "/py1")]["score"] == 0.9
+    assert cands[site.url("a", "/cook")]["score"] == 0.1
+    assert site.url("a", "/skipme") not in cands  # filter_extracted_links dropped it
+    meta = json.loads(rows(db, "SELECT metadata FROM origins")[0]["metadata"])
+    assert meta == {"seeded": 1, "pages": 7}
+
+
+def test_user_strategy_goal_and_config_args(serve, db: Path, tmp_path: Path) -> None:
+    site = serve({"a": topical_site()})
+    config = tmp_path / "crawl.toml"
+    config.write_text(f'strategy = "{USER}"\n[strategy_args]\ngoal = 2\nkeywords = ["python"]\n')
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--config", config)
+    assert run.status == 0, run.err
+    assert fetched_paths(site, "a") == ["/", "/py1", "/py2"]
+
+
+def test_add_seeds_goes_through_read_seeds_without_crawling(serve, db: Path) -> None:
+    site = serve({"a": topical_site()})
+    seed = site.url("a")
+    first = courtly("add-seeds", seed, "--db", db, "--strategy", USER)
+    assert first.status == 0, first.err
+    assert "1 new crawl candidates" in first.out
+    assert site.hits == []  # nothing fetched
+    assert candidates(db)[seed]["state"] == "NOT_CRAWLED"
+    meta = json.loads(rows(db, "SELECT metadata, configured FROM origins")[0]["metadata"])
+    assert meta == {"seeded": 1}
+    run = courtly("crawl", "--db", db, "--min-delay", "0", "--strategy", USER)
+    assert run.status == 0 and fetched_paths(site, "a")[0] == "/"
+    # the strategy sees the seed was crawled (refresh_states) and does not schedule it again
+    again = courtly("add-seeds", seed, "--db", db, "--strategy", USER)
+    assert "0 new crawl candidates" in again.out
+    meta = json.loads(rows(db, "SELECT metadata FROM origins")[0]["metadata"])
+    assert meta["seeded"] == 1
+
+
+def test_add_seeds_from_a_file_with_the_default_strategy(serve, db: Path, tmp_path: Path) -> None:
+    site = serve({"a": tree()})
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(f"# seeds\n{site.url('a')}\n{site.url('a', '/c')}\n")
+    run = courtly("add-seeds", "--seeds-file", seeds, "--db", db)
+    assert run.status == 0 and "2 new crawl candidates" in run.out
+    assert {c["state"] for c in candidates(db).values()} == {"NOT_CRAWLED"}
+    assert site.hits == []
+
+
+def test_unknown_or_bad_user_strategy_is_one_line(db: Path) -> None:
+    for spec, words in [
+        ("no_such_module:X", "cannot load strategy"),
+        ("tests.test_strategy_user:Nope", "cannot load strategy"),
+        ("tests.test_strategy_user:LinkState", "not a courtly.strategy"),
+        ("bogus", "unknown strategy"),
+    ]:
+        run = courtly("add-seeds", "http://127.0.0.1:1/", "--db", db, "--strategy", spec)
+        assert run.status == 2 and words in run.err, (spec, run.err)
+        assert len(run.err.strip().splitlines()) == 1
+
+
+# -- the API on its own -------------------------------------------------------------------
+
+
+def test_builtins_and_load_strategy() -> None:
+    assert set(BUILTIN) == {"breadth-first", "depth-first", "discovery", "recrawl-only"}
+    assert load_strategy("discovery", args={"max_pages_per_origin": 3}).cap == 3  # type: ignore[attr-defined]
+    with pytest.raises(StrategyError):
+        load_strategy(":X")
+
+
+def test_refresh_states_and_domain_metadata_in_memory() -> None:
+    context = MemoryContext()
+    context.link_states["http://a/x"] = LinkState.CRAWLED
+    strategy = CrawlingStrategy(context)
+    requests = [strategy.create_request("http://a/x"), strategy.create_request("http://a/y")]
+    assert [r.state for r in requests] == [None, None]
+    strategy.refresh_states(requests)
+    assert [r.state for r in requests] == [LinkState.CRAWLED, LinkState.NOT_CRAWLED]
+    strategy.domain_metadata["http://a"]["n"] = 1
+    assert "http://a" not in context.metadata  # saved on flush/close, not before
+    strategy.close()
+    assert context.metadata == {"http://a": {"n": 1}}
+    assert strategy.domain_metadata.flush() == 0  # unchanged: nothing written
+    strategy.links_extracted(requests[0], requests)
+    assert [s.request.url for s in strategy.take_scheduled()] == ["http://a/y"]
+
+
+def test_frontier_queries_use_indexes_not_scans(tmp_path: Path) -> None:
+    """Every query that picks work reads an index: no scan of the candidates table."""
+    store = SqliteStore(str(tmp_path / "plan.db"))
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    store.take_todo("http://a", 1, 10, 1e12)
+    store.states(["http://a/x", "http://a/y"])
+    store.find_similar(bytes(256), "http://a/x", 0.8)
+    store.find_hash("abc", "http://a/x")
+    selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    assert len(selects) >= 6
+    con = sqlite3.connect(str(tmp_path / "plan.db"))
+    for sql in selects:
+        plan = " | ".join(r[3] for r in con.execute("EXPLAIN QUERY PLAN " + sql))
+        assert "SCAN c" not in plan and "SCAN k" not in plan, (sql, plan)
+        assert "USING" in plan, (sql, plan)
+    con.close()
+    store.close()

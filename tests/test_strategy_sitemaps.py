@@ -1,0 +1,49 @@
+"""Sitemap parsing for the discovery strategy (courtly.sitemaps)."""
+
+from __future__ import annotations
+
+import gzip
+
+from courtly.sitemaps import gunzip, looks_like_sitemap, parse_sitemap
+
+NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+
+
+def test_urlset_index_and_gzip() -> None:
+    urlset = (f'<?xml version="1.0"?><urlset {NS}><url><loc> http://a/x </loc>'
+              "<lastmod>2024-01-01</lastmod></url><url><loc>http://a/y?a=1&amp;b=2</loc></url>"
+              "</urlset>").encode()
+    parsed = parse_sitemap(urlset)
+    assert parsed is not None and not parsed.is_index
+    assert parsed.locs == ["http://a/x", "http://a/y?a=1&b=2"]
+    index = f"<sitemapindex {NS}><sitemap><loc>http://a/s1.xml.gz</loc></sitemap></sitemapindex>"
+    parsed_index = parse_sitemap(gzip.compress(index.encode()))
+    assert parsed_index is not None and parsed_index.is_index
+    assert parsed_index.locs == ["http://a/s1.xml.gz"]
+
+
+def test_not_a_sitemap_malformed_limits_and_bombs() -> None:
+    assert parse_sitemap(b"<html><body>hello</body></html>") is None
+    assert parse_sitemap(b"\x1f\x8bnot really gzip") is None
+    broken = f"<urlset {NS}><url><loc>http://a/1</loc></url><url><loc>http://a/2</loc>"
+    parsed = parse_sitemap(broken.encode())  # not well-formed: <loc> read leniently
+    assert parsed is not None and parsed.locs == ["http://a/1", "http://a/2"]
+    many = f"<urlset {NS}>" + "".join(f"<url><loc>http://a/{i}</loc></url>" for i in range(30))
+    capped = parse_sitemap((many + "</urlset>").encode(), limit=10)
+    assert capped is not None and capped.truncated and len(capped.locs) == 10
+    bomb = ('<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+            + "".join(f'<!ENTITY lol{i} "{"&lol%s;" % ("" if i == 1 else i - 1) * 10}">'
+                      for i in range(1, 10))
+            + f"]><urlset {NS}><url><loc>&lol9;</loc></url></urlset>")
+    result = parse_sitemap(bomb.encode())
+    assert result is None or all(len(loc) < 1000 for loc in result.locs)
+
+
+def test_looks_like_sitemap_and_gunzip_limit() -> None:
+    assert looks_like_sitemap("http://a/s.xml", "application/xml", b"")
+    assert looks_like_sitemap("http://a/s", "text/xml; charset=utf-8", b"")
+    assert looks_like_sitemap("http://a/s.xml.gz", "application/octet-stream", b"")
+    assert not looks_like_sitemap("http://a/doc.pdf", "application/pdf", b"%PDF")
+    assert not looks_like_sitemap("http://a/page.xml", "text/html", b"<html>")
+    assert len(gunzip(gzip.compress(b"x" * 10_000), limit=100)) == 100
+    assert gunzip(b"plain") == b"plain"
