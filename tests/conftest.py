@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from courtly.cli import main
 from courtly.site import LocalSite, Page
+from tests.pgserver import PgUrl, crawl_schema, pg_rows, postgres_server, require
 
 ROBOTS_TEXT = {"Content-Type": "text/plain"}
 
@@ -46,7 +47,9 @@ def courtly_process(*args: str, env: dict[str, str] | None = None) -> subprocess
 
 
 def rows(db: Path | str, sql: str, *params: Any) -> list[dict[str, Any]]:
-    """Query the crawl database directly."""
+    """Query the crawl database directly (SQLite file, or a postgresql:// URL)."""
+    if str(db).startswith("postgresql://"):
+        return pg_rows(str(db), sql, params)
     con = sqlite3.connect(str(db))
     con.row_factory = sqlite3.Row
     try:
@@ -69,8 +72,40 @@ def fetched_paths(site: LocalSite, name: str) -> list[str]:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | PgUrl:
+    """The crawl database: a SQLite file, or (modules with BACKENDS) a fresh PostgreSQL schema."""
+    if getattr(request, "param", "sqlite") == "postgres":
+        url: PgUrl = request.getfixturevalue("pg_url")
+        return url
     return tmp_path / "crawl.db"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test module with BACKENDS = ("sqlite", "postgres") runs its `db` tests on each."""
+    backends = getattr(metafunc.module, "BACKENDS", None)
+    if backends and "db" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "db",
+            [
+                pytest.param(b, marks=[pytest.mark.postgres] if b == "postgres" else [])
+                for b in backends
+            ],
+            indirect=True,
+        )
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str | None]:
+    """The PostgreSQL server for this session (None: unavailable, see tests/pgserver.py)."""
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture
+def pg_url(pg_server: str | None) -> Iterator[PgUrl]:
+    """A postgresql:// crawl database URL with a schema of its own, dropped after the test."""
+    with crawl_schema(require(pg_server)) as url:
+        yield url
 
 
 @pytest.fixture

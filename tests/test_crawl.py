@@ -12,6 +12,8 @@ import brotli
 from courtly.site import Page, html
 from tests.conftest import candidates, courtly, fetched_paths, robots, rows
 
+BACKENDS = ("sqlite", "postgres")  # the `db` tests run on both (tests/conftest.py)
+
 
 def site_pages() -> dict[str, Page]:
     return {

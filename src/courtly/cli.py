@@ -75,9 +75,21 @@ def read_seeds(config: CrawlConfig) -> list[str]:
     return seeds
 
 
+def db_exists(db: str) -> bool:
+    """Whether a crawl database is there (a file, or courtly's tables at a postgresql:// URL)."""
+    if "://" not in db:
+        return Path(db).exists()
+    from courtly.store.postgres import database_exists
+
+    try:
+        return database_exists(db)
+    except StoreError as exc:
+        fail(str(exc), 1)
+
+
 def open_db(db: str, must_exist: bool = False) -> Store:
     """Open the crawl database or exit with one line."""
-    if must_exist and "://" not in db and not Path(db).exists():
+    if must_exist and not db_exists(db):
         fail(f"no crawl database at {db}")
     try:
         return open_store(db)
@@ -88,21 +100,23 @@ def open_db(db: str, must_exist: bool = False) -> Store:
 def inject_seeds(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
     """Pass seeds through the strategy's read_seeds; returns how many became candidates."""
     from courtly.model import Link
-    from courtly.strategy import StrategyError, load_strategy
+    from courtly.strategy import StoreContext, StrategyError, load_strategy
     from courtly.urls import normalize, origin_of
 
     try:
-        strategy = load_strategy(config.strategy)
+        strategy = load_strategy(config.strategy, StoreContext(store), config.strategy_args)
     except StrategyError as exc:
         fail(str(exc))
     strategy.read_seeds(io.StringIO("\n".join(seeds)))
     links = []
     for item in strategy.take_scheduled():
         url = normalize(item.request.url, None, config.normalize)
-        if url is not None:
-            links.append(Link(url, origin_of(url), 0, item.score))
-    store.add_origins(sorted({lk.origin for lk in links}))
-    return store.add_links(links)
+        if url is not None and not item.dont_queue:
+            links.append(Link(url, origin_of(url), item.request.depth, item.score))
+    store.add_origins(sorted({lk.origin for lk in links}), seed=True)
+    added = store.add_links(links)
+    strategy.close()  # saves the domain metadata read_seeds wrote
+    return added
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -128,7 +142,7 @@ def crawl(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> None
     """Crawl the seeds' origins (with no seeds: resume the crawl in --db)."""
     config = build_config(config_path, seeds=seeds, **flags)
     seed_urls = read_seeds(config)
-    if not seed_urls and "://" not in config.db and not Path(config.db).exists():
+    if not seed_urls and not db_exists(config.db):
         fail(f"no seeds given and no crawl database at {config.db} to resume")
     store = open_db(config.db)
     try:
@@ -140,24 +154,36 @@ def crawl(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> None
     sys.exit(status)
 
 
-def _crawl(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
+def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool = False) -> int:
     from courtly.crawler import Crawler
     from courtly.progress import Progress
     from courtly.strategy import StrategyError, load_strategy
 
     if seeds:
         inject_seeds(store, config, seeds)
-    if not store.configured_origins():
+    if not store.configured_origins() and not continuous:
         fail("the crawl database has no origins: give seed URLs")
     try:
-        strategy = load_strategy(config.strategy)
+        strategy = load_strategy(config.strategy, args=config.strategy_args)
     except StrategyError as exc:
         fail(str(exc))
     if not config.robots.obey:
         click.echo("courtly: warning: obey_robots is off: robots.txt is ignored", err=True)
     progress = Progress(config.progress)
-    crawler = Crawler(config, store, strategy, on_progress=progress.update)
     _install_uvloop()
+    from courtly.store.postgres import PostgresStore
+
+    if isinstance(store, PostgresStore):  # a worker of the fleet (docs/distributed.md)
+        from courtly.distributed import run_worker
+
+        def again() -> Any:
+            return load_strategy(config.strategy, args=config.strategy_args)
+
+        with progress:
+            stats = run_worker(store, config, strategy, again, progress.update, continuous)
+        progress.summary(stats)
+        return 1 if stats.stop_reason.startswith("database error") else 0
+    crawler = Crawler(config, store, strategy, on_progress=progress.update)
     with progress:
         stats = asyncio.run(crawler.run())
     progress.summary(stats)
@@ -170,6 +196,32 @@ def _install_uvloop() -> None:
     except ImportError:  # pragma: no cover - uvloop is optional on some platforms
         return
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+@main.command()
+@config_options
+@click.option("--max-actions", type=int, help="Stop after this many crawl actions.")
+@click.option("--min-delay", type=float, help="Minimum seconds between requests to one origin.")
+@click.option("--concurrency", type=int, help="Origins crawled at once.")
+@click.option("--force-recrawl", is_flag=True, default=None, help="Treat every URL as due.")
+@click.option(
+    "--progress", type=click.Choice(["auto", "live", "log", "off"]), help="Progress display."
+)
+@click.option("--continuous", is_flag=True, help="Keep waiting for new work instead of exiting.")
+def worker(config_path: str | None, continuous: bool, **flags: Any) -> None:
+    """Join the crawl in a postgresql:// database as one worker of the fleet."""
+    config = build_config(config_path, **flags)
+    if "://" not in config.db:
+        fail("courtly worker needs a shared database: --db postgresql://…")
+    seed_urls = read_seeds(config)
+    store = open_db(config.db)
+    try:
+        status = _crawl(store, config, seed_urls, continuous)
+    except StoreError as exc:
+        fail(str(exc), 1)
+    finally:
+        store.close()
+    sys.exit(status)
 
 
 @main.command("add-seeds")
@@ -239,6 +291,10 @@ def stats(db: str | None, as_json: bool) -> None:
         click.echo(json.dumps(data, indent=2))
     else:
         print_stats(data)
+        if "fleet" in data:
+            from courtly.distributed import print_fleet
+
+            print_fleet(data["fleet"])
 
 
 @main.command()
@@ -249,3 +305,26 @@ def demo(port: int, db: str) -> None:
     from courtly.demo import run_demo
 
     sys.exit(run_demo(port, db))
+
+
+@main.command()
+@click.argument("url")
+@click.option("--config", "config_path", type=click.Path(), help="TOML config file.")
+@db_option
+def check(url: str, config_path: str | None, db: str | None) -> None:
+    """Explain what courtly would do with URL, and why."""
+    from courtly.explain import explain_url
+
+    config = build_config(config_path, db=db)
+    store = None
+    if "://" in config.db or Path(config.db).exists():
+        store = open_db(config.db)
+    try:
+        lines = explain_url(url, config, store)
+    except StoreError as exc:
+        fail(str(exc), 1)
+    finally:
+        if store is not None:
+            store.close()
+    for label, value in lines:
+        click.echo(f"{label:>11}: {value}")

@@ -14,10 +14,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import xxhash
 
-from courtly import clock
+from courtly import clock, dedup, sitemaps
 from courtly.config import CrawlConfig
 from courtly.fetch import Fetcher, FetchError, Response
 from courtly.model import (
@@ -28,6 +29,7 @@ from courtly.model import (
     CrawlAction,
     ExitCode,
     Link,
+    LinkState,
 )
 from courtly.parse import parse_html, robots_directives
 from courtly.policy import Policy
@@ -41,10 +43,13 @@ from courtly.scheduler import (
     rate_limit_pause,
     retry_after_seconds,
 )
-from courtly.store import Store, StoreError
-from courtly.strategy import CrawlingStrategy, Request
+from courtly.store import OriginState, Store, StoreError
+from courtly.strategy import CrawlingStrategy, Request, StoreContext
 from courtly.strategy import Response as StrategyResponse
 from courtly.urls import host_of, normalize, origin_of
+
+if TYPE_CHECKING:
+    from courtly.distributed import Worker
 
 log = logging.getLogger("courtly")
 
@@ -81,8 +86,11 @@ class Crawler:
         store: Store,
         strategy: CrawlingStrategy,
         on_progress: Callable[[CrawlStats], None] | None = None,
+        assignment: Worker | None = None,
     ) -> None:
         self.config = config
+        self.assignment = assignment  # distributed mode: the origins our leases give us
+        self._fleet_done = False
         self.store = store
         self.strategy = strategy
         self.token = product_token(config.user_agent)
@@ -98,25 +106,36 @@ class Crawler:
         self._tasks: set[asyncio.Task[None]] = set()
         self.run_id = 0
         self.fetcher: Fetcher
+        self._opened: set[str] = set()  # origins whose strategy.origin_opened was called
+        strategy.bind(StoreContext(store, self._live_state))
+
+    def _live_state(self, origin: str) -> OriginState | None:
+        crawler = self.crawlers.get(origin)
+        return None if crawler is None else crawler.state
 
     # -- the run -----------------------------------------------------------------------
     async def run(self) -> CrawlStats:
         """Crawl until every origin is finished, the budget is spent, or a signal arrives."""
-        self.run_id = self.store.begin_run()
+        fleet = self.assignment
+        self.run_id = fleet.join() if fleet is not None else self.store.begin_run()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stop, f"stopped by {signal.Signals(sig).name}")
-        hosts = {host_of(o + "/") for o in self.origins}
+        # the address guard lets through the seeds' own hosts, not the origins found in scope
+        hosts = {host_of(o + "/") for o in self.store.seed_origins()}
         async with Fetcher(
             self.config.limits, self.config.user_agent, self.config.concurrency, hosts
         ) as self.fetcher:
-            for origin in self.origins:
+            for origin in self.origins if fleet is None else ():
                 self._add_crawler(origin)
             progress = asyncio.create_task(self._report_progress())
+            follow = asyncio.create_task(self._follow_assignment()) if fleet else None
             try:
                 await self._dispatch()
             finally:
                 progress.cancel()
+                if follow is not None:
+                    follow.cancel()
                 await self._drain()
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
@@ -148,7 +167,7 @@ class Crawler:
         while not self._stop.is_set():
             at = self.box.peek_time()
             if at is None:
-                if not self._tasks:
+                if not self._tasks and (self.assignment is None or self._fleet_done):
                     return
                 self._wake.clear()
                 await self._wait(None)
@@ -190,7 +209,7 @@ class Crawler:
         try:
             at = await self._turn(crawler)
         except StoreError as exc:
-            log.error("database error: %s", exc)
+            log.info("database error: %s", exc)  # the stop reason: the summary's one line
             crawler.patience = 0  # a database error finishes the origin at once
             self.stop(f"database error: {exc}")
             at = None
@@ -214,6 +233,8 @@ class Crawler:
         if crawler.patience <= 0:
             crawler.finish_reason = crawler.finish_reason or "out of patience"
             return None
+        if self.assignment is not None and not self.assignment.owns(crawler.origin):
+            return None  # its partition is being handed over (or our lease is in doubt)
         if self.config.robots.obey and (
             crawler.robots is None or time.monotonic() >= crawler.robots_expires
         ):
@@ -225,6 +246,10 @@ class Crawler:
         if effective_crawl_delay(crawler.state.crawl_delay, self.config.politeness) is None:
             crawler.finish_reason = f"Crawl-delay {crawler.state.crawl_delay}s is above the cap"
             return None
+        if crawler.origin not in self._opened:
+            self._opened.add(crawler.origin)
+            self.strategy.origin_opened(crawler.origin, list(crawler.state.sitemaps))
+            self.store.add_links(self._scheduled_links())
         candidate = self._next_candidate(crawler)
         if candidate is None:
             return None
@@ -249,7 +274,10 @@ class Crawler:
                 return None
             if not crawler.todo:
                 crawler.todo.extend(
-                    self.store.take_todo(crawler.origin, self.run_id, TODO_BATCH, self._due_time())
+                    self.store.take_todo(
+                        crawler.origin, self.run_id, self.strategy.todo_batch or TODO_BATCH,
+                        self._due_time(),
+                    )
                 )
                 if not crawler.todo:
                     return None
@@ -309,7 +337,15 @@ class Crawler:
                 resp = await self.fetcher.get(url, max_body=rules.max_size, truncate=True)
             except FetchError as exc:
                 log.info("%s: robots.txt unreachable: %s", crawler.origin, exc.detail)
+                if exc.exit_code is ExitCode.BLOCKED_ADDRESS and url.startswith(crawler.origin):
+                    # never contacted, so no robots.txt applies: each URL is then logged
+                    # BLOCKED_ADDRESS by the address guard, without a request
+                    crawler.robots = self._parse_robots(404, b"")
+                    crawler.robots_expires = time.monotonic() + rules.expiry
+                    return
+                status = None
                 break
+            status, body = resp.status, resp.body
             location = resp.headers.get("location")
             if resp.status in _REDIRECTS and location:
                 target = normalize(location, url)
@@ -317,7 +353,6 @@ class Crawler:
                     break
                 url = target
                 continue
-            status, body = resp.status, resp.body
             break
         self._apply_robots(crawler, status, body)
         crawler.next_request_at = max(
@@ -403,7 +438,12 @@ class Crawler:
             target = normalize(resp.headers.get("location", ""), action.candidate.url)
             action.exit_code = ExitCode.REDIRECT if target else ExitCode.HTTP_CLIENT_ERROR
             action.redirect_target = target
-            if target:
+            most = self.config.limits.max_redirect_chain
+            if target and self.store.redirect_chain(action.candidate.url, most) >= most:
+                # the hop is recorded, its target is not queued: an endless chain stops here
+                action.exit_code = ExitCode.TOO_MANY_REDIRECTS
+                action.detail = f"redirect chain longer than {most} hops; target not queued"
+            elif target:
                 self._links(action, [Request(target, action.candidate.depth)])
         elif status == 304:
             action.exit_code = ExitCode.NOT_MODIFIED
@@ -417,6 +457,8 @@ class Crawler:
         elif not (action.content_type or "text/html").lower().startswith(_HTML_TYPES):
             action.exit_code = ExitCode.UNSUPPORTED_CONTENT
             action.content_hash = xxhash.xxh3_128_hexdigest(resp.body)
+            if sitemaps.looks_like_sitemap(action.candidate.url, action.content_type, resp.body):
+                self._crawl_sitemap(action, resp)
         else:
             self._crawl_page(action, resp)
         if action.exit_code is not ExitCode.RATE_LIMITED and crawler.state.backoff_until:
@@ -427,7 +469,8 @@ class Crawler:
         url = action.candidate.url
         page = parse_html(
             resp.body, action.content_type, self.token,
-            self.config.limits.max_links_per_page, want_text=False,
+            self.config.limits.max_links_per_page, want_text=self.config.dedup.near,
+            max_bytes=self.config.limits.max_parse_size,
         )
         noindex, nofollow = robots_directives(resp.headers.get("x-robots-tag", ""), self.token)
         noindex |= page.noindex
@@ -449,6 +492,9 @@ class Crawler:
         ):
             action.exit_code = ExitCode.DUPLICATE_CONTENT
             action.duplicate_of = original
+            if not self.config.dedup.follow_links_of_duplicates:
+                return
+        elif self.config.dedup.near and self._near_duplicate(action, page.text):
             if not self.config.dedup.follow_links_of_duplicates:
                 return
         elif self.config.store_content:
@@ -476,12 +522,45 @@ class Crawler:
         self._links(action, found)
 
     def _request(self, candidate: Candidate) -> Request:
-        return Request(candidate.url, candidate.depth, candidate.score)
+        return Request(candidate.url, candidate.depth, candidate.score, state=LinkState.QUEUED)
+
+    def _near_duplicate(self, action: CrawlAction, text: str) -> bool:
+        """Fingerprint the text (MinHash); a similar enough OK page makes this a duplicate."""
+        action.near_signature = dedup.signature(text)
+        if action.near_signature is None:
+            return False
+        similar = self.store.find_similar(
+            action.near_signature, action.candidate.url, self.config.dedup.min_similarity
+        )
+        if similar is None:
+            return False
+        action.exit_code = ExitCode.DUPLICATE_CONTENT
+        action.duplicate_of, score = similar
+        action.detail = f"near-duplicate: similarity {score:.2f}"
+        return True
+
+    def _crawl_sitemap(self, action: CrawlAction, resp: Response) -> None:
+        """A sitemap or sitemap index: its <loc> entries go to the strategy like links."""
+        parsed = sitemaps.parse_sitemap(resp.body)
+        if parsed is None:
+            return
+        action.exit_code = ExitCode.OK
+        kind = "sitemap index" if parsed.is_index else "sitemap"
+        action.detail = f"{kind}: {len(parsed.locs)} URLs" + (" (truncated)" * parsed.truncated)
+        depth = action.candidate.depth + 1
+        meta = {"sitemap": True} if parsed.is_index else {"from_sitemap": True}
+        found = []
+        for loc in parsed.locs:
+            target = normalize(loc, action.candidate.url, self.config.normalize)
+            if target is not None and self.policy.in_scope(target):
+                found.append(Request(target, depth, meta=dict(meta)))
+        self._links(action, found)
 
     def _links(self, action: CrawlAction, links: list[Request]) -> None:
         """Pass links through the strategy; what it schedules in scope becomes candidates."""
         request = self._request(action.candidate)
         kept = self.strategy.filter_extracted_links(request, links)
+        self.strategy.refresh_states(kept)
         self.strategy.links_extracted(request, kept)
         action.links.extend(self._scheduled_links())
 
@@ -494,6 +573,9 @@ class Crawler:
             origin = origin_of(url)
             out.append(Link(url, origin, item.request.depth, item.score))
             if origin not in self.crawlers and self.policy.origin_for(url) == origin:
+                if self.assignment is not None:
+                    self.assignment.new_origin(origin)  # crawled by its partition's owner
+                    continue
                 self.store.add_origins([origin])
                 self._add_crawler(origin)
         return out
@@ -509,8 +591,47 @@ class Crawler:
                 action, action.candidate, self.config.recrawl, self.config.robots
             )
         self.store.record(action, self.run_id)
+        self.strategy.domain_metadata.flush()
         self.stats.actions += 1
         self.stats.exit_codes[str(action.exit_code)] += 1
+
+    async def _follow_assignment(self) -> None:
+        """Distributed mode: crawl the origins our leases give us (docs/distributed.md)."""
+        fleet = self.assignment
+        assert fleet is not None
+        while not self._stop.is_set():
+            finished = [c for c in self.crawlers.values() if c.finished]
+            for crawler in finished:
+                del self.crawlers[crawler.origin]  # added again if it gets work
+            try:
+                plan = fleet.poll(self.crawlers, finished, self.stats.actions, self._due_time())
+            except StoreError as exc:
+                log.error("database error: %s", exc)
+                self.stop(f"database error: {exc}")
+                return
+            if plan.scope is not None and plan.scope != self.origins:  # seeds were added
+                self.origins = plan.scope
+                self.policy = Policy(self.config.policies, self.config.traps,
+                                     [o + "/" for o in self.origins])
+                self.stats.origins_total = len(self.origins)
+            for origin in plan.origins:
+                if origin not in self.crawlers:
+                    self._add_crawler(origin)
+                    crawler = self.crawlers[origin]  # the last owner's request may be recent
+                    crawler.next_request_at = time.monotonic() + delay_for(
+                        crawler, self.config.politeness
+                    )
+            if plan.done:
+                self._fleet_done = True
+                self._wake.set()
+                return
+            # poll again after the interval, or as soon as the last origin crawler finishes
+            busy = bool(self.crawlers)
+            end = time.monotonic() + (fleet.interval if busy else min(fleet.interval, 1.0))
+            while time.monotonic() < end and not self._stop.is_set():
+                if busy and all(c.finished for c in self.crawlers.values()):
+                    break
+                await asyncio.sleep(0.02)
 
     async def _report_progress(self) -> None:
         while self.on_progress is not None:

@@ -34,6 +34,7 @@ class ExitCode(StrEnum):
     PROTOCOL_ERROR = "PROTOCOL_ERROR"
     TIMEOUT = "TIMEOUT"
     TOO_LARGE = "TOO_LARGE"
+    TOO_MANY_REDIRECTS = "TOO_MANY_REDIRECTS"  # a redirect past limits.max_redirect_chain
     UNSUPPORTED_CONTENT = "UNSUPPORTED_CONTENT"
     DATABASE_ERROR = "DATABASE_ERROR"
 
@@ -62,6 +63,8 @@ class Candidate:
     last_modified: str | None = None
     content_hash: str | None = None
     attempts: int = 0
+    recrawl_interval: float | None = None  # the interval set by the last crawl action
+    exit_code: str | None = None  # the last crawl action's exit code
 
 
 @dataclass(slots=True)
@@ -97,4 +100,6 @@ class CrawlAction:
     duplicate_of: str | None = None
     links: list[Link] = field(default_factory=list)
     next_due: float = 0.0
+    recrawl_interval: float | None = None  # seconds from started to next_due
+    near_signature: bytes | None = None  # MinHash signature of the text (courtly.dedup)
     retry: bool = False  # crawl again later in this run (rate limited, transient)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from courtly.model import Candidate, CrawlAction, Link
+from courtly.model import Candidate, CrawlAction, Link, LinkState
 
 
 class StoreError(Exception):
@@ -35,8 +35,12 @@ class Store(Protocol):
         """Insert candidates (known URLs are a no-op, a higher score wins); returns rows added."""
         ...
 
-    def add_origins(self, origins: list[str]) -> None:
-        """Make origins configured (crawled) origins."""
+    def add_origins(self, origins: list[str], seed: bool = False) -> None:
+        """Make origins configured (crawled) origins; seed: they are seeds' origins."""
+        ...
+
+    def seed_origins(self) -> list[str]:
+        """The origins of the seeds (their hosts pass the address guard)."""
         ...
 
     def configured_origins(self) -> list[str]:
@@ -69,6 +73,23 @@ class Store(Protocol):
 
     def find_hash(self, content_hash: str, url: str) -> str | None:
         """Another URL whose stored content has this fingerprint, if any."""
+        ...
+
+    def redirect_chain(self, url: str, limit: int) -> int:
+        """How many recorded redirects lead to url, counted back up to limit + 1."""
+        ...
+
+    def find_similar(
+        self, signature: bytes, url: str, min_similarity: float
+    ) -> tuple[str, float] | None:
+        """Another OK page whose text is this similar (courtly.dedup): (its URL, similarity).
+
+        Found through the LSH band keys (one indexed query), never by a table scan.
+        """
+        ...
+
+    def states(self, urls: list[str]) -> dict[str, LinkState]:
+        """The link states of the known URLs among these (unknown URLs are absent)."""
         ...
 
     def stats(self) -> dict[str, Any]:

@@ -81,4 +81,59 @@ MIGRATIONS: list[list[str]] = [
             finished DOUBLE PRECISION
         )""",
     ],
+    # 2: near-duplicate index — each simhash cut into 4 bands of 16 bits (courtly.dedup)
+    [
+        """CREATE TABLE simhash_bands (
+            candidate BIGINT NOT NULL,
+            band INTEGER NOT NULL,
+            value INTEGER NOT NULL,
+            PRIMARY KEY (candidate, band)
+        )""",
+        "CREATE INDEX simhash_band_value ON simhash_bands (band, value)",
+    ],
+    # 3: redirect chains are walked backwards from a target (Store.redirect_chain); seed
+    # origins are marked, for the address guard (existing configured origins count as seeds)
+    [
+        "CREATE INDEX redirects_target ON redirects (target)",
+        "ALTER TABLE origins ADD COLUMN seed INTEGER NOT NULL DEFAULT 0",
+        "UPDATE origins SET seed = configured",
+    ],
+    # 4: distributed crawling (docs/distributed.md): partitions of origins, workers, leases
+    [
+        "ALTER TABLE origins ADD COLUMN part INTEGER",
+        "ALTER TABLE origins ADD COLUMN finished_run BIGINT",
+        "CREATE INDEX origins_part ON origins (part)",
+        """CREATE TABLE workers (
+            id TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            started DOUBLE PRECISION NOT NULL,
+            heartbeat DOUBLE PRECISION NOT NULL,
+            lease_seconds DOUBLE PRECISION NOT NULL DEFAULT 30,
+            busy INTEGER NOT NULL DEFAULT 1,
+            actions BIGINT NOT NULL DEFAULT 0,
+            stopped DOUBLE PRECISION
+        )""",
+        """CREATE TABLE leases (
+            part INTEGER PRIMARY KEY,
+            worker TEXT,
+            expires DOUBLE PRECISION NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX crawl_log_worker ON crawl_log (worker, started)",
+    ],
+    # 5: near-duplicates by MinHash (courtly.dedup; bench/dedup_bench.py measured it against
+    # the simhash bands of migration 2): one signature per page, one indexed key per LSH band
+    [
+        "DROP TABLE simhash_bands",
+        """CREATE TABLE near_dup (
+            candidate BIGINT PRIMARY KEY,
+            signature BYTEA NOT NULL
+        )""",
+        """CREATE TABLE near_dup_keys (
+            key BIGINT NOT NULL,
+            candidate BIGINT NOT NULL,
+            PRIMARY KEY (key, candidate)
+        )""",
+        "CREATE INDEX near_dup_keys_candidate ON near_dup_keys (candidate)",
+    ],
 ]

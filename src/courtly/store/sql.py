@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 import zstandard
 
+from courtly import clock, dedup
 from courtly.model import COMPLETED, Candidate, CrawlAction, Link, LinkState
 from courtly.store.base import OriginState, StoreError
 from courtly.store.schema import MIGRATIONS
@@ -37,6 +37,7 @@ class SqlStore:
     """
 
     path: str
+    worker: str | None = None  # distributed mode: this worker's id, logged with each action
     _zstd = zstandard.ZstdCompressor(level=3)
 
     def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -71,16 +72,21 @@ class SqlStore:
                 self._x("INSERT INTO schema_version VALUES (?)", (number + 1,))
 
     # -- origins and runs ----------------------------------------------------------------
-    def add_origins(self, origins: list[str]) -> None:
+    def add_origins(self, origins: list[str], seed: bool = False) -> None:
         with self._tx():
             self._xmany(
-                "INSERT INTO origins (origin) VALUES (?) ON CONFLICT (origin) DO UPDATE "
-                "SET configured = 1",
-                [(o,) for o in origins],
+                "INSERT INTO origins (origin, seed) VALUES (?, ?) ON CONFLICT (origin) DO UPDATE "
+                "SET configured = 1, seed = CASE WHEN excluded.seed = 1 THEN 1 ELSE origins.seed "
+                "END",
+                [(o, int(seed)) for o in origins],
             )
 
     def configured_origins(self) -> list[str]:
         rows = self._x("SELECT origin FROM origins WHERE configured = 1 ORDER BY origin")
+        return [r[0] for r in rows]
+
+    def seed_origins(self) -> list[str]:
+        rows = self._x("SELECT origin FROM origins WHERE seed = 1 ORDER BY origin")
         return [r[0] for r in rows]
 
     def add_links(self, links: list[Link]) -> int:
@@ -112,17 +118,20 @@ class SqlStore:
                 )
                 return run
             row = self._x(
-                "INSERT INTO runs (started) VALUES (?) RETURNING id", (time.time(),)
+                "INSERT INTO runs (started) VALUES (?) RETURNING id", (clock.now(),)
             ).fetchone()
             return int(row[0])
 
     def finish_run(self, run: int) -> None:
         with self._tx():
-            self._x("UPDATE runs SET finished = ? WHERE id = ?", (time.time(), run))
+            self._x("UPDATE runs SET finished = ? WHERE id = ?", (clock.now(), run))
 
     # -- the frontier --------------------------------------------------------------------
     def take_todo(self, origin: str, run: int, limit: int, now: float) -> list[Candidate]:
-        cols = "id, url, depth, score, etag, last_modified, content_hash, attempts"
+        cols = (
+            "id, url, depth, score, etag, last_modified, content_hash, attempts, "
+            "recrawl_interval, exit_code"
+        )
         with self._tx():
             rows = self._x(
                 f"SELECT {cols} FROM candidates WHERE origin = ? AND state = 'QUEUED' "
@@ -154,11 +163,11 @@ class SqlStore:
         with self._tx():
             self._x(
                 "INSERT INTO crawl_log (run, url, origin, started, elapsed, exit_code, "
-                "http_status, content_type, content_length, detail) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "http_status, content_type, content_length, detail, worker) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run, c.url, action.origin, action.started, action.elapsed,
                  str(action.exit_code), action.http_status, action.content_type,
-                 action.content_length, action.detail),
+                 action.content_length, action.detail, self.worker),
             )
             if action.retry:
                 self._x(
@@ -174,13 +183,15 @@ class SqlStore:
                     "etag = COALESCE(?, etag), last_modified = COALESCE(?, last_modified), "
                     "content_hash = COALESCE(?, content_hash), content_type = ?, "
                     "content_length = ?, redirect_target = ?, canonical = ?, duplicate_of = ?, "
-                    "detail = ? WHERE id = ?",
+                    "detail = ?, recrawl_interval = ? WHERE id = ?",
                     (str(state), action.started, action.next_due, str(action.exit_code),
                      action.http_status, action.etag, action.last_modified,
                      action.content_hash, action.content_type, action.content_length,
                      action.redirect_target, action.canonical, action.duplicate_of,
-                     action.detail, c.id),
+                     action.detail, action.recrawl_interval, c.id),
                 )
+            if action.near_signature is not None:
+                self._save_signature(c.id, action.near_signature)
             if action.redirect_target is not None and action.http_status is not None:
                 self._x(
                     "INSERT INTO redirects (url, target, status, seen) VALUES (?, ?, ?, ?) "
@@ -198,6 +209,58 @@ class SqlStore:
                 )
             if action.links:
                 self._insert_links(action.links)
+
+    def _save_signature(self, candidate: int, signature: bytes) -> None:
+        """Store a page's MinHash signature and its band keys (in the caller's transaction)."""
+        self._x("DELETE FROM near_dup_keys WHERE candidate = ?", (candidate,))
+        self._x("DELETE FROM near_dup WHERE candidate = ?", (candidate,))
+        self._x("INSERT INTO near_dup (candidate, signature) VALUES (?, ?)", (candidate, signature))
+        self._xmany(
+            "INSERT INTO near_dup_keys (key, candidate) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            [(key, candidate) for key in dedup.band_keys(signature)],
+        )
+
+    def find_similar(
+        self, signature: bytes, url: str, min_similarity: float
+    ) -> tuple[str, float] | None:
+        keys = dedup.band_keys(signature)
+        marks = ", ".join("?" * len(keys))
+        rows = self._x(
+            "SELECT DISTINCT c.id, c.url, n.signature FROM near_dup_keys k "
+            "JOIN candidates c ON c.id = k.candidate JOIN near_dup n ON n.candidate = k.candidate "
+            f"WHERE k.key IN ({marks}) AND c.url <> ? AND c.exit_code = 'OK' LIMIT 500",
+            (*keys, url),
+        ).fetchall()
+        best: tuple[str, float] | None = None
+        for _, other, stored in rows:
+            score = dedup.similarity(signature, bytes(stored))
+            if score >= min_similarity and (best is None or score > best[1]):
+                best = (str(other), score)
+        return best
+
+    def states(self, urls: list[str]) -> dict[str, LinkState]:
+        out: dict[str, LinkState] = {}
+        unique = list(dict.fromkeys(urls))
+        for i in range(0, len(unique), 500):
+            chunk = unique[i:i + 500]
+            marks = ", ".join("?" * len(chunk))
+            for url, state in self._x(
+                f"SELECT url, state FROM candidates WHERE url IN ({marks})", chunk
+            ):
+                out[str(url)] = LinkState(state)
+        return out
+
+    def redirect_chain(self, url: str, limit: int) -> int:
+        """How many recorded redirects lead to url (walked backwards, at most limit + 1)."""
+        hops, seen = 0, {url}
+        while hops <= limit:
+            row = self._x("SELECT url FROM redirects WHERE target = ? LIMIT 1", (url,)).fetchone()
+            if row is None or row[0] in seen:
+                break
+            url = str(row[0])
+            seen.add(url)
+            hops += 1
+        return hops
 
     def find_hash(self, content_hash: str, url: str) -> str | None:
         row = self._x(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ class SqliteStore(SqlStore):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
+            _test_pragmas(self._db)
         except sqlite3.DatabaseError as exc:
             raise StoreError(_explain(exc, path)) from None
 
@@ -76,6 +78,15 @@ class _Transaction:
             self._db.execute("ROLLBACK")
         if isinstance(exc, sqlite3.DatabaseError):
             raise StoreError(_explain(exc, self._path)) from None
+
+
+def _test_pragmas(db: sqlite3.Connection) -> None:
+    """Hidden test knob: COURTLY_TEST_SQLITE_PRAGMAS="max_page_count=60;query_only=1" simulates
+    a full disk (SQLITE_FULL) or an unwritable file (SQLITE_READONLY) without root tricks."""
+    for pragma in os.environ.get("COURTLY_TEST_SQLITE_PRAGMAS", "").split(";"):
+        name, _, value = pragma.partition("=")
+        if name.strip().isidentifier() and value.strip().isdigit():
+            db.execute(f"PRAGMA {name.strip()} = {int(value)}")
 
 
 def _explain(exc: sqlite3.DatabaseError, path: str) -> str:

@@ -1,0 +1,433 @@
+"""The shared PostgreSQL crawl database (psycopg 3), and the fleet's coordination tables.
+
+The crawl logic is SqlStore's portable SQL; this backend translates its '?' placeholders, maps the
+migration types, reconnects with backoff when the server goes away, and adds what only a shared
+database needs: workers, partition leases (taken with FOR UPDATE SKIP LOCKED) and the fleet's
+"is there work left" question. See docs/distributed.md.
+
+URL: any libpq URL; a courtly-specific query parameter `schema=NAME` (stripped before connecting)
+puts the crawl in that schema, created if missing. Environment knobs, for tests and tuning:
+COURTLY_PG_RETRY_SECONDS (how long to retry a lost connection, default 60).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql as pgsql
+
+from courtly.store.base import StoreError
+from courtly.store.sql import SqlStore
+
+log = logging.getLogger("courtly")
+
+#: the database server's clock, in epoch seconds: every lease and heartbeat time is taken from it
+NOW = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
+_SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+#: takeable work of one origin `o` in run %(run)s (the same three queries as SqlStore.take_todo)
+_WORK = (
+    "(EXISTS (SELECT 1 FROM candidates c WHERE c.origin = o.origin AND c.state = 'NOT_CRAWLED')"
+    " OR EXISTS (SELECT 1 FROM candidates c WHERE c.origin = o.origin AND c.state = 'QUEUED'"
+    "  AND (c.taken_run IS NULL OR c.taken_run <> %(run)s {queued_extra}))"
+    " OR EXISTS (SELECT 1 FROM candidates c WHERE c.origin = o.origin"
+    "  AND c.state IN ('CRAWLED', 'ERROR') AND c.next_due <= %(due)s"
+    "  AND (c.taken_run IS NULL OR c.taken_run <> %(run)s)))"
+)
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """The libpq URL without courtly's own `schema` parameter, and that schema (or None)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), None)
+    if schema is not None and not _SCHEMA_RE.match(schema):
+        raise StoreError(f"invalid schema name in database URL: {schema!r}")
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schema
+
+
+def describe(url: str) -> str:
+    """host:port/dbname of a URL, without any password, for messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    port = f":{parts.port}" if parts.port else ""
+    return f"postgresql://{host}{port}{parts.path}"
+
+
+def database_exists(url: str) -> bool:
+    """Whether the URL's database (and schema) already holds a courtly crawl; never creates it."""
+    conninfo, schema = split_url(url)
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+            row = conn.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_name = 'schema_version' "
+                "AND table_schema = COALESCE(%s, current_schema())",
+                (schema,),
+            ).fetchone()
+            return row is not None
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"cannot connect to {describe(url)}: {_first_line(exc)}") from None
+    except psycopg.Error as exc:
+        raise StoreError(_explain(exc, describe(url))) from None
+
+
+class PostgresStore(SqlStore):
+    """Crawl database in PostgreSQL, shared by many workers on many machines."""
+
+    def __init__(self, url: str, retry_seconds: float | None = None) -> None:
+        self.url = url
+        self.path = describe(url)
+        self._conninfo, self.schema = split_url(url)
+        env = os.environ.get("COURTLY_PG_RETRY_SECONDS")
+        self.retry_seconds = retry_seconds if retry_seconds is not None else float(env or 60)
+        self._conn: psycopg.Connection[Any] | None = None
+        self._in_tx = False
+        self._sql_cache: dict[str, str] = {}
+        self._app_name: dict[str, Any] = {} if "application_name" in self._conninfo else {
+            "application_name": f"courtly:{self.schema or ''}"}
+        self._connect(first=True)
+        self._migrate()
+
+    # -- connection ------------------------------------------------------------------------
+    def _connect(self, first: bool = False) -> psycopg.Connection[Any]:
+        """(Re)connect, retrying with exponential backoff for up to retry_seconds."""
+        deadline = time.monotonic() + (0 if first else self.retry_seconds)
+        pause = 0.25
+        while True:
+            try:
+                conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10,
+                                       **self._app_name)
+                if self.schema:
+                    conn.execute(
+                        pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                            pgsql.Identifier(self.schema)
+                        )
+                    )
+                    conn.execute(
+                        pgsql.SQL("SET search_path TO {}").format(pgsql.Identifier(self.schema))
+                    )
+                self._conn = conn
+                return conn
+            except psycopg.Error as exc:
+                if first or time.monotonic() + pause > deadline:
+                    what = "cannot connect to" if first else "lost the connection to"
+                    waited = "" if first else f" (retried for {self.retry_seconds:.0f}s)"
+                    raise StoreError(f"{what} {self.path}{waited}: {_first_line(exc)}") from None
+                log.warning("database %s unreachable, retrying in %.1fs: %s",
+                            self.path, pause, _first_line(exc))
+                time.sleep(pause)
+                pause = min(pause * 2, 8.0)
+
+    def _live(self) -> psycopg.Connection[Any]:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            conn = self._connect()
+        return conn
+
+    def _q(self, sql: str) -> str:
+        """'?' placeholders to '%s' (and a literal '%' to '%%')."""
+        out = self._sql_cache.get(sql)
+        if out is None:
+            out = self._sql_cache[sql] = sql.replace("%", "%%").replace("?", "%s")
+        return out
+
+    def _retrying(self, run: Any) -> Any:
+        """Run a statement; outside a transaction a lost connection is reconnected and retried."""
+        while True:
+            conn = self._live()
+            try:
+                return run(conn)
+            except psycopg.OperationalError as exc:
+                if self._in_tx or not conn.broken:
+                    raise StoreError(_explain(exc, self.path)) from None
+                log.warning("database %s: connection lost (%s), reconnecting",
+                            self.path, _first_line(exc))
+                self._conn = None
+            except psycopg.Error as exc:
+                raise StoreError(_explain(exc, self.path)) from None
+
+    def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        query = self._q(sql)
+        return self._retrying(lambda conn: conn.execute(query, tuple(params)))
+
+    def _xmany(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+        if not rows:
+            return 0
+        query = self._q(sql)
+
+        def run(conn: psycopg.Connection[Any]) -> int:
+            cur = conn.cursor()
+            cur.executemany(query, rows)
+            return max(0, cur.rowcount)
+
+        return self._retrying(run)  # type: ignore[no-any-return]
+
+    def _px(self, sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> Any:
+        """Execute PostgreSQL-specific SQL with psycopg's own %s / %(name)s placeholders."""
+        return self._retrying(lambda conn: conn.execute(sql, params))
+
+    @contextmanager
+    def _tx(self) -> Iterator[None]:
+        """BEGIN … COMMIT; a connection lost at BEGIN is reconnected (with backoff) and retried."""
+        if self._in_tx:  # nested: part of the enclosing transaction
+            yield
+            return
+        while True:
+            conn = self._live()
+            try:
+                conn.execute("BEGIN")
+                break
+            except psycopg.OperationalError as exc:
+                if not conn.broken:
+                    raise StoreError(_explain(exc, self.path)) from None
+                log.warning("database %s: connection lost (%s), reconnecting",
+                            self.path, _first_line(exc))
+                self._conn = None
+            except psycopg.Error as exc:
+                raise StoreError(_explain(exc, self.path)) from None
+        self._in_tx = True
+        try:
+            yield
+        except BaseException:
+            self._in_tx = False
+            if not conn.broken and not conn.closed:
+                with suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        self._in_tx = False
+        try:
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            raise StoreError(_explain(exc, self.path)) from None
+
+    def _ddl(self, statement: str) -> str:
+        return statement.replace("BIGSERIAL_PK", "BIGSERIAL PRIMARY KEY")
+
+    def _migrate(self) -> None:
+        # one migrating process at a time: workers starting together all open the store
+        with self._tx():
+            self._px("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':courtly'))")
+            super()._migrate()
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self._conn is not None and not self._conn.closed:
+            self._conn.close()
+
+    # -- the fleet: runs, workers, leases --------------------------------------------------
+    def join_run(self) -> int:
+        """The fleet's unfinished run, or a new one (its QUEUED URLs are released per partition)."""
+        with self._tx():
+            self._px("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':runs'))")
+            row = self._px(
+                "SELECT id FROM runs WHERE finished IS NULL ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+            if row is not None:
+                return int(row[0])
+            row = self._px(
+                f"INSERT INTO runs (started) VALUES ({NOW}) RETURNING id"
+            ).fetchone()
+            return int(row[0])
+
+    def ensure_partitions(self, count: int) -> int:
+        """Create the lease rows once; returns the crawl's partition count (fixed at creation)."""
+        with self._tx():
+            self._px("LOCK TABLE leases IN SHARE ROW EXCLUSIVE MODE")
+            have = int(self._px("SELECT COUNT(*) FROM leases").fetchone()[0])
+            if have == 0:
+                self._px(
+                    "INSERT INTO leases (part, worker, expires) "
+                    "SELECT generate_series(0, %s - 1), NULL, 0", (count,)
+                )
+                have = count
+            return have
+
+    def register_worker(self, worker: str, host: str, pid: int) -> None:
+        """Add this worker to the fleet."""
+        with self._tx():
+            self._px(
+                f"INSERT INTO workers (id, host, pid, started, heartbeat, busy, actions) "
+                f"VALUES (%s, %s, %s, {NOW}, {NOW}, 1, 0) ON CONFLICT (id) DO UPDATE SET "
+                f"heartbeat = {NOW}, stopped = NULL",
+                (worker, host, pid),
+            )
+
+    def origins_without_partition(self) -> list[str]:
+        """Origins whose partition has not been computed yet."""
+        return [r[0] for r in self._px("SELECT origin FROM origins WHERE part IS NULL")]
+
+    def set_partitions(self, parts: list[tuple[int, str]]) -> None:
+        """Store (partition, origin) pairs."""
+        with self._tx():
+            self._xmany("UPDATE origins SET part = ? WHERE origin = ?", parts)
+
+    def stop_workers(self, workers: list[str]) -> None:
+        """Mark workers stopped and free their leases (dead on this host, or leaving)."""
+        if not workers:
+            return
+        with self._tx():
+            self._px(f"UPDATE workers SET stopped = {NOW}, busy = 0 WHERE id = ANY(%s)",
+                     (workers,))
+            self._px("UPDATE leases SET worker = NULL, expires = 0 WHERE worker = ANY(%s)",
+                     (workers,))
+
+    def fleet(self, host: str) -> tuple[int, list[tuple[str, int]]]:
+        """How many live workers there are, and the unstopped workers recorded on this host."""
+        row = self._px(
+            f"SELECT COUNT(*) FROM workers WHERE stopped IS NULL "
+            f"AND heartbeat > {NOW} - lease_seconds"
+        ).fetchone()
+        local = self._px(
+            "SELECT id, pid FROM workers WHERE stopped IS NULL AND host = %s", (host,)
+        ).fetchall()
+        return int(row[0]), [(str(r[0]), int(r[1])) for r in local]
+
+    def heartbeat(self, worker: str, lease_seconds: float, actions: int) -> list[int]:
+        """Renew this worker's row and leases; returns the partitions it still holds."""
+        with self._tx():
+            self._px(
+                f"UPDATE workers SET heartbeat = {NOW}, actions = %s, lease_seconds = %s "
+                f"WHERE id = %s",
+                (actions, lease_seconds, worker),
+            )
+            rows = self._px(
+                f"UPDATE leases SET expires = {NOW} + %s WHERE worker = %s RETURNING part",
+                (lease_seconds, worker),
+            ).fetchall()
+        return sorted(int(r[0]) for r in rows)
+
+    def set_busy(self, worker: str, busy: bool) -> None:
+        """Say whether this worker has (or is about to take) work."""
+        with self._tx():
+            self._px("UPDATE workers SET busy = %s WHERE id = %s", (int(busy), worker))
+
+    def acquire(self, worker: str, run: int, limit: int, lease_seconds: float) -> list[int]:
+        """Lease up to `limit` free or expired partitions, and release their QUEUED URLs."""
+        if limit <= 0:
+            return []
+        with self._tx():
+            rows = self._px(
+                f"SELECT part FROM leases WHERE worker IS NULL OR expires < {NOW} "
+                f"ORDER BY part LIMIT %s FOR UPDATE SKIP LOCKED",
+                (limit,),
+            ).fetchall()
+            parts = [int(r[0]) for r in rows]
+            if parts:
+                self._px(
+                    f"UPDATE leases SET worker = %s, expires = {NOW} + %s WHERE part = ANY(%s)",
+                    (worker, lease_seconds, parts),
+                )
+                # the previous owner's todo lists and in-flight URLs: taken again by us
+                self._px(
+                    "UPDATE candidates SET taken_run = NULL WHERE state = 'QUEUED' "
+                    "AND taken_run = %s AND origin IN "
+                    "(SELECT origin FROM origins WHERE part = ANY(%s))",
+                    (run, parts),
+                )
+        return parts
+
+    def release(self, worker: str, parts: list[int]) -> None:
+        """Give partitions back (this worker has nothing in flight for them)."""
+        if parts:
+            with self._tx():
+                self._px(
+                    "UPDATE leases SET worker = NULL, expires = 0 "
+                    "WHERE worker = %s AND part = ANY(%s)",
+                    (worker, parts),
+                )
+
+    def origins_with_work(self, parts: list[int], run: int, due: float) -> list[str]:
+        """Configured origins of these partitions with takeable work, not given up this run."""
+        if not parts:
+            return []
+        query = (
+            "SELECT o.origin FROM origins o WHERE o.configured = 1 AND o.part = ANY(%(parts)s) "
+            "AND (o.finished_run IS NULL OR o.finished_run <> %(run)s) AND "
+            + _WORK.format(queued_extra="")
+        )
+        rows = self._px(query, {"parts": parts, "run": run, "due": due}).fetchall()
+        return sorted(r[0] for r in rows)
+
+    def give_up(self, origins: list[str], run: int) -> None:
+        """These origins are finished for this run (out of patience, a trap, Crawl-delay cap)."""
+        if origins:
+            with self._tx():
+                self._px("UPDATE origins SET finished_run = %s WHERE origin = ANY(%s)",
+                         (run, origins))
+
+    def fleet_done(self, worker: str, run: int, due: float) -> bool:
+        """True when no other live worker is busy and no partition has work (one snapshot)."""
+        query = (
+            f"SELECT NOT EXISTS (SELECT 1 FROM workers w WHERE w.id <> %(me)s "
+            f"  AND w.stopped IS NULL AND w.busy = 1 AND w.heartbeat > {NOW} - w.lease_seconds)"
+            f" AND NOT EXISTS (SELECT 1 FROM origins o LEFT JOIN leases l ON l.part = o.part "
+            f"  WHERE o.configured = 1 AND (o.finished_run IS NULL OR o.finished_run <> %(run)s)"
+            f"  AND " + _WORK.format(
+                queued_extra=f"OR l.worker IS NULL OR l.expires < {NOW}"
+            ) + ")"
+        )
+        row = self._px(query, {"me": worker, "run": run, "due": due}).fetchone()
+        return bool(row[0])
+
+    def fleet_stats(self) -> dict[str, Any]:
+        """Workers, their leases, and their rates (overall and over the last minute)."""
+        now = float(self._px(f"SELECT {NOW}").fetchone()[0])
+        workers = []
+        for wid, host, pid, started, beat, busy, stopped, lease_s in self._px(
+            "SELECT id, host, pid, started, heartbeat, busy, stopped, lease_seconds "
+            "FROM workers ORDER BY started"
+        ).fetchall():
+            parts = [int(r[0]) for r in self._px(
+                "SELECT part FROM leases WHERE worker = %s AND expires > %s ORDER BY part",
+                (wid, now),
+            )]
+            total, recent, first, last = self._px(
+                "SELECT COUNT(*), COUNT(*) FILTER (WHERE started > %s), MIN(started), "
+                "MAX(started) FROM crawl_log WHERE worker = %s",
+                (now - 60, wid),
+            ).fetchone()
+            alive = stopped is None and beat > now - lease_s
+            span = max(1e-9, ((last or 0) - (first or 0))) if total and total > 1 else None
+            workers.append({
+                "worker": wid, "host": host, "pid": pid,
+                "state": ("busy" if busy else "idle") if alive else (
+                    "stopped" if stopped is not None else "lost"),
+                "started": started, "heartbeat_age": round(now - beat, 1),
+                "leases": len(parts), "partitions": parts,
+                "actions": int(total), "actions_last_minute": int(recent),
+                "rate": round(total / span, 2) if span else 0.0,
+                "rate_last_minute": round(recent / 60.0, 2),
+            })
+        free = int(self._px(
+            "SELECT COUNT(*) FROM leases WHERE worker IS NULL OR expires <= %s", (now,)
+        ).fetchone()[0])
+        total_parts = int(self._px("SELECT COUNT(*) FROM leases").fetchone()[0])
+        return {"partitions": total_parts, "free_partitions": free, "workers": workers}
+
+    def stats(self) -> dict[str, Any]:
+        data = super().stats()
+        data["fleet"] = self.fleet_stats()
+        return data
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _explain(exc: psycopg.Error, where: str) -> str:
+    text = _first_line(exc)
+    if isinstance(exc, psycopg.OperationalError):
+        return f"lost the connection to {where}: {text}"
+    if "No space left" in text or "disk full" in text.lower():
+        return f"disk full on {where}: {text}"
+    return f"database error on {where}: {text}"

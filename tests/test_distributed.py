@@ -1,0 +1,174 @@
+"""Many workers on one PostgreSQL crawl database: coverage, politeness across workers, failover.
+
+Real `courtly worker` processes, a real multi-origin LocalSite, a fresh schema per test. Leases are
+short (COURTLY_LEASE_SECONDS) so that failover is quick.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+import subprocess
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from courtly.site import LocalSite, Page, html
+from tests.conftest import courtly, courtly_process, fetched_paths, rows
+from tests.pgserver import PgUrl
+
+pytestmark = pytest.mark.postgres
+
+NAMES = [f"o{i}" for i in range(6)]
+PAGES = 16
+DELAY = 0.08
+
+
+def fleet_site(serve: Any, page_delay: float = 0.01) -> LocalSite:
+    """Six origins of PAGES pages; every page links into the next origin (cross-partition)."""
+    sites: dict[str, dict[str, Page]] = {name: {} for name in NAMES}
+    site = serve(sites)
+    for i, name in enumerate(NAMES):
+        other = site.origins[NAMES[(i + 1) % len(NAMES)]]
+        pages = sites[name]
+        pages["/"] = Page(html(f"{name} home", [f"/p{k}" for k in range(PAGES // 2)]))
+        for k in range(PAGES):
+            links = [f"/p{(k + 1) % PAGES}", f"{other}/p{(k * 7) % PAGES}"]
+            pages[f"/p{k}"] = Page(html(f"{name} page {k} " + "word " * k * 5, links,
+                                        body=f"text {name} {k} " * (k + 3)), delay=page_delay)
+    return site
+
+
+def all_urls(site: LocalSite) -> set[str]:
+    return {site.url(n, p) for n in NAMES for p in ["/", *(f"/p{k}" for k in range(PAGES))]}
+
+
+ENV = {"COURTLY_LEASE_SECONDS": "2", "COURTLY_PARTITIONS": "16"}
+
+
+def start_workers(db: PgUrl, n: int, env: dict[str, str] | None = None,
+                  delay: float = DELAY) -> list[subprocess.Popen[str]]:
+    return [
+        courtly_process("worker", "--db", db, "--min-delay", str(delay), "--progress", "off",
+                        "--concurrency", "8", env={**ENV, **(env or {})})
+        for _ in range(n)
+    ]
+
+
+def wait_all(procs: list[subprocess.Popen[str]], timeout: float = 90) -> list[str]:
+    errs = []
+    for proc in procs:
+        _, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err, err
+        errs.append(err)
+    return errs
+
+
+def assert_polite(site: LocalSite, delay: float) -> None:
+    """On the wire: one request at a time per origin, and the delay between any two."""
+    for name in NAMES:
+        for before, after in itertools.pairwise(site.hits_for(name)):
+            assert after.arrived >= before.done, f"{name}: two requests in flight at once"
+            assert after.arrived - before.done >= delay - 0.01, f"{name}: delay not held"
+
+
+def test_three_workers_crawl_to_exact_coverage_holding_delays(serve, pg_url: PgUrl) -> None:
+    site = fleet_site(serve)
+    seeds = [site.url(n) for n in NAMES]
+    added = courtly("add-seeds", *seeds, "--db", pg_url)
+    assert added.status == 0, added.err
+    procs = start_workers(pg_url, 3)
+    wait_all(procs)
+
+    for name in NAMES:  # exact coverage: every page once, nothing else
+        paths = fetched_paths(site, name)
+        assert sorted(paths) == sorted(set(paths)), f"{name}: a page was fetched twice"
+        assert set(paths) == {"/", *(f"/p{k}" for k in range(PAGES))}
+    log = rows(pg_url, "SELECT url, worker FROM crawl_log")
+    assert {r["url"] for r in log} == all_urls(site) and len(log) == len(all_urls(site))
+    states = Counter(r["state"] for r in rows(pg_url, "SELECT state FROM candidates"))
+    assert states == {"CRAWLED": len(all_urls(site))}
+    assert_polite(site, DELAY)
+    # the work was shared, and each origin was crawled by one worker at a time
+    assert len({r["worker"] for r in log}) >= 2
+    # the fleet is recorded: three workers, stopped cleanly, leases given back
+    stats = courtly("stats", "--db", pg_url, "--json")
+    fleet = json.loads(stats.out)["fleet"]
+    assert len(fleet["workers"]) == 3 and fleet["free_partitions"] == 16
+    assert {w["state"] for w in fleet["workers"]} == {"stopped"}
+    assert sum(w["actions"] for w in fleet["workers"]) == len(log)
+    table = courtly("stats", "--db", pg_url)
+    assert table.status == 0 and "workers" in table.out and "pages/s" in table.out
+    run = rows(pg_url, "SELECT finished FROM runs")
+    assert len(run) == 1 and run[0]["finished"] is not None
+
+
+def test_killed_worker_loses_its_leases_and_the_rest_finish(serve, pg_url: PgUrl) -> None:
+    site = fleet_site(serve, page_delay=0.03)
+    assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
+    # no same-host shortcut: the takeover must come from lease expiry
+    procs = start_workers(pg_url, 3, {"COURTLY_LOCAL_PID_CHECK": "0"}, delay=0.15)
+    by_pid = {p.pid: p for p in procs}
+    deadline = time.monotonic() + 30
+    victim = None
+    while victim is None and time.monotonic() < deadline:
+        counts = Counter(r["worker"] for r in rows(
+            pg_url, "SELECT worker FROM crawl_log WHERE worker IS NOT NULL"))
+        busy = [w for w, n in counts.most_common() if n >= 5]
+        if len(busy) >= 2:
+            victim = by_pid[int(busy[0].split(":")[1])]
+        time.sleep(0.05)
+    assert victim is not None, "the workers did not get going"
+    held = rows(pg_url, "SELECT COUNT(*) AS n FROM leases l JOIN workers w ON w.id = l.worker "
+                        "WHERE w.pid = ?", victim.pid)[0]["n"]
+    assert held > 0
+    victim.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    victim.wait(10)
+    survivors = [p for p in procs if p is not victim]
+    wait_all(survivors)
+    assert time.monotonic() - killed_at > 1.5  # they had to wait for the leases to expire
+
+    counts = Counter(r["url"] for r in rows(pg_url, "SELECT url FROM crawl_log"))
+    assert set(counts) == all_urls(site), "a URL was lost"
+    twice = [u for u, n in counts.items() if n > 1]
+    # only requests in flight at the kill (at most one per origin) were completed twice
+    assert len(twice) <= len(NAMES)
+    assert len({u.rsplit("/", 1)[0] for u in twice}) == len(twice)
+    assert {r["state"] for r in rows(pg_url, "SELECT state FROM candidates")} == {"CRAWLED"}
+    assert_polite(site, 0.15)
+    fleet = json.loads(courtly("stats", "--db", pg_url, "--json").out)["fleet"]
+    states = Counter(w["state"] for w in fleet["workers"])
+    assert states == {"stopped": 2, "lost": 1}
+
+
+def test_continuous_worker_waits_for_new_seeds(serve, pg_url: PgUrl) -> None:
+    site = serve({"a": {"/": Page(html("A", ["/x"])), "/x": Page(html("X", []))},
+                  "b": {"/": Page(html("B", ["/y"])), "/y": Page(html("Y", []))}})
+    assert courtly("add-seeds", site.url("a"), "--db", pg_url).status == 0
+    proc = courtly_process("worker", "--db", pg_url, "--continuous", "--min-delay", "0",
+                           "--progress", "off", env=ENV)
+    try:
+        deadline = time.monotonic() + 20
+        while len(fetched_paths(site, "a")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(fetched_paths(site, "a")) == {"/", "/x"}
+        time.sleep(1.0)
+        assert proc.poll() is None, "a --continuous worker exited"
+        assert courtly("add-seeds", site.url("b"), "--db", pg_url).status == 0
+        while len(fetched_paths(site, "b")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(fetched_paths(site, "b")) == {"/", "/y"}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "stopped by SIGTERM" in err
+
+
+def test_worker_needs_a_postgres_database(tmp_path) -> None:
+    run = courtly("worker", "--db", tmp_path / "x.db")
+    assert run.status == 2 and "postgresql://" in run.err

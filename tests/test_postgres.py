@@ -1,0 +1,236 @@
+"""The PostgreSQL backend: portable SQL on psycopg, partitions, and losing the server.
+
+The crawl-loop suites (test_crawl.py, test_resume.py) also run on PostgreSQL through the `db`
+fixture; these tests cover what only this backend has.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+import zstandard
+
+from courtly.distributed import partition_key, partition_of
+from courtly.model import CrawlAction, ExitCode, Link
+from courtly.site import Page, html
+from courtly.store import StoreError, open_store
+from courtly.store.postgres import PostgresStore, database_exists, split_url
+from courtly.store.schema import MIGRATIONS
+from tests.conftest import courtly, courtly_process, fetched_paths, rows
+from tests.pgserver import PgUrl
+
+pytestmark = pytest.mark.postgres
+
+
+def test_store_speaks_portable_sql_on_postgres(pg_url: PgUrl) -> None:
+    assert not database_exists(pg_url)
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore) and database_exists(pg_url)
+    try:
+        origin = "http://a.example"
+        store.add_origins([origin])
+        assert store.add_links([Link(f"{origin}/100%", origin, 0, 1.0),
+                                Link(f"{origin}/?q=1", origin, 0, 2.0)]) == 2
+        assert store.add_links([Link(f"{origin}/100%", origin, 0, 0.5)]) == 0  # known: no-op
+        run = store.begin_run()
+        todo = store.take_todo(origin, run, 10, time.time())
+        assert [c.url for c in todo] == [f"{origin}/?q=1", f"{origin}/100%"]  # best score first
+        body = b"\x00\xff<html>binary-safe</html>"
+        action = CrawlAction(todo[0], origin, ExitCode.OK, time.time(), http_status=200,
+                             content_hash="h1", body=body)
+        store.record(action, run)
+        stored = rows(pg_url, "SELECT body FROM content")[0]["body"]
+        assert zstandard.ZstdDecompressor().decompress(stored) == body
+        assert store.find_hash("h1", "other") == todo[0].url
+        assert store.stats()["by_state"] == {"CRAWLED": 1, "QUEUED": 1}
+    finally:
+        store.close()
+    again = PostgresStore(pg_url)  # migrations are not run twice
+    again.close()
+    version = rows(pg_url, "SELECT version FROM schema_version")
+    assert version == [{"version": len(MIGRATIONS)}]
+
+
+def test_database_url_mistakes_are_one_line(pg_url: PgUrl) -> None:
+    with pytest.raises(StoreError, match="invalid schema name"):
+        split_url("postgresql://x/test?schema=a;drop")
+    closed = "postgresql://postgres@127.0.0.1:1/test"
+    run = courtly("stats", "--db", closed)
+    assert run.status == 1 and "cannot connect to postgresql://127.0.0.1:1/test" in run.err
+    assert len(run.err.strip().splitlines()) == 1
+    missing = courtly("stats", "--db", pg_url)
+    assert missing.status == 2 and "no crawl database" in missing.err
+    assert not pg_url.exists()
+
+
+def test_partitions_hash_registered_domains() -> None:
+    assert partition_key("https://www.example.co.uk") == "example.co.uk"
+    assert partition_of("https://www.example.co.uk", 64) == partition_of(
+        "http://shop.example.co.uk:8080", 64)
+    # IP literals and single-label hosts: one partition key per origin
+    assert partition_key("http://127.0.0.1:8001") == "http://127.0.0.1:8001"
+    assert partition_key("http://localhost:80") == "http://localhost:80"
+    # stable across processes and versions (xxh64, not Python's salted hash())
+    assert partition_of("https://example.org", 64) == 53  # pinned
+    spread = Counter(partition_of(f"https://site{i}.com", 16) for i in range(1600))
+    assert len(spread) == 16 and min(spread.values()) > 60
+
+
+def test_a_dropped_connection_is_reconnected(pg_url: PgUrl) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        store.add_origins(["http://a.example"])
+        pid = store._px("SELECT pg_backend_pid()").fetchone()[0]
+        with psycopg.connect(split_url(pg_url)[0], autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        time.sleep(0.1)
+        assert store.configured_origins() == ["http://a.example"]  # a read, retried
+        store.add_origins(["http://b.example"])  # a transaction, retried at BEGIN
+        assert len(store.configured_origins()) == 2
+        # a server that stays away: retried with backoff, then one clear line
+        store.retry_seconds = 1.0
+        store._conninfo = "postgresql://postgres@127.0.0.1:1/test"
+        pid = store._px("SELECT pg_backend_pid()").fetchone()[0]
+        with psycopg.connect(split_url(pg_url)[0], autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        started = time.monotonic()
+        with pytest.raises(StoreError, match=r"lost the connection to .*retried for 1s"):
+            store.configured_origins()
+        assert time.monotonic() - started >= 0.5
+    finally:
+        store.close()
+
+
+class Proxy:
+    """A TCP proxy to PostgreSQL that can be cut (connections reset, new ones refused)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self._conns: list[socket.socket] = []
+        self._server: socket.socket | None = None
+
+    def start(self) -> None:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(64)
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def cut(self) -> None:
+        if self._server is not None:
+            with contextlib.suppress(OSError):
+                self._server.shutdown(socket.SHUT_RDWR)
+            self._server.close()
+            self._server = None
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+        self._conns.clear()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
+@pytest.fixture
+def proxied(pg_url: PgUrl) -> Iterator[tuple[Proxy, str]]:
+    parts = urlsplit(pg_url)
+    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    proxy.start()
+    netloc = f"{parts.username}@127.0.0.1:{proxy.port}" if parts.username else \
+        f"127.0.0.1:{proxy.port}"
+    yield proxy, parts._replace(netloc=netloc).geturl()
+    proxy.cut()
+
+
+def test_database_restart_is_survived_and_an_outage_stops_cleanly(serve, proxied) -> None:
+    proxy, url = proxied
+    n = 40
+    pages = {"/": Page(html("home", [f"/p{i}" for i in range(n)]))}
+    pages |= {f"/p{i}": Page(html(f"page {i} " + "x " * i, [], body=f"{i} " * i), delay=0.01)
+              for i in range(n)}
+    site = serve({"a": pages})
+    env = {"COURTLY_PG_RETRY_SECONDS": "2", "COURTLY_LEASE_SECONDS": "3"}
+    assert courtly("add-seeds", site.url("a"), "--db", url).status == 0
+    proc = courtly_process("worker", "--db", url, "--min-delay", "0.1", "--progress", "off",
+                           env=env)
+
+    def crawled() -> int:
+        return len(rows(url, "SELECT id FROM crawl_log"))
+
+    deadline = time.monotonic() + 20
+    while crawled() < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proxy.cut()  # a restart: every connection drops, the server is back within the retry window
+    time.sleep(0.8)
+    proxy.start()
+    while crawled() < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1]
+    proxy.cut()  # an outage longer than the retry window
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err
+    assert "lost the connection to postgresql://127.0.0.1" in err and "retried for 2s" in err
+    proxy.start()
+    again = courtly("worker", "--db", url, "--min-delay", "0.1", "--progress", "off")
+    assert again.status == 0, again.err
+    counts = Counter(r["url"] for r in rows(url, "SELECT url FROM crawl_log"))
+    assert set(counts) == {site.url("a", p) for p in pages}, "a URL was lost"
+    assert sum(c - 1 for c in counts.values()) <= 2  # only requests in flight at a cut
+    assert {r["state"] for r in rows(url, "SELECT state FROM candidates")} == {"CRAWLED"}
+    assert len(fetched_paths(site, "a")) <= n + 1 + 2
+
+
+def test_sigterm_gives_the_leases_back(serve, pg_url: PgUrl) -> None:
+    pages = {"/": Page(html("home", [f"/p{i}" for i in range(30)]))}
+    pages |= {f"/p{i}": Page(html(f"p{i} " + "y " * i, []), delay=0.01) for i in range(30)}
+    site = serve({"a": pages})
+    proc = courtly_process("crawl", site.url("a"), "--db", pg_url, "--min-delay", "0.1",
+                           "--progress", "off")
+    deadline = time.monotonic() + 20
+    while len(fetched_paths(site, "a")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "stopped by SIGTERM" in err
+    assert rows(pg_url, "SELECT COUNT(*) AS n FROM leases WHERE worker IS NOT NULL")[0]["n"] == 0
+    assert rows(pg_url, "SELECT stopped FROM workers")[0]["stopped"] is not None
+    # the run is not finished; the next worker resumes it without waiting for any lease
+    resumed = courtly("crawl", "--db", pg_url, "--min-delay", "0")
+    assert resumed.status == 0, resumed.err
+    assert len(rows(pg_url, "SELECT id FROM runs")) == 1
+    counts = Counter(r["url"] for r in rows(pg_url, "SELECT url FROM crawl_log"))
+    assert len(counts) == 31 and max(counts.values()) == 1
