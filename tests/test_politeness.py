@@ -83,7 +83,9 @@ def test_retry_after_is_obeyed_and_the_url_crawled_again(serve, db: Path) -> Non
 
 def test_503_without_retry_after_backs_off_exponentially(serve, db: Path, tmp_path: Path) -> None:
     def busy(count: int) -> Page:
-        return Page("busy", 503, {"Content-Type": "text/plain"}) if count < 3 else Page(html("ok", []))
+        if count < 3:
+            return Page("busy", 503, {"Content-Type": "text/plain"})
+        return Page(html("ok", []))
 
     site = serve({"a": {"/": busy}})
     cfg = config(tmp_path, "[politeness]\nbackoff_base = 0.1\nmax_retries = 5\n")

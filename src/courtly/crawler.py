@@ -8,6 +8,7 @@ scope) → `_record` (one store transaction).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -191,10 +192,8 @@ class Crawler:
         self._wake.set()
 
     async def _wait(self, timeout: float | None) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
-        except TimeoutError:
-            pass
 
     async def _drain(self) -> None:
         """Let in-flight turns finish for a moment, then cancel them (their URLs stay queued)."""
@@ -415,6 +414,7 @@ class Crawler:
             crawler.finish_reason = f"out of patience after {code}: {action.detail}"
         elif action.http_status is not None:
             crawler.patience = self.config.politeness.patience
+            crawler.finish_reason = ""
         if code in RETRY_IN_RUN and candidate.attempts < self.config.politeness.max_retries:
             action.retry = True
         return action

@@ -23,7 +23,9 @@ def demo_sites() -> dict[str, dict[str, Page]]:
         "/world?a=1&b=2": Page(html("World, sorted query", ["/"])),
         "/old-home": Page("", 301, {"Location": "/"}),
         "/print/world": Page(html("World (print)", [], '<link rel="canonical" href="/world">')),
-        "/secret": Page(html("Secret", ["/secret-child"], '<meta name="robots" content="noindex">')),
+        "/secret": Page(
+            html("Secret", ["/secret-child"], '<meta name="robots" content="noindex">')
+        ),
         "/secret-child": Page(html("Secret child", [])),
         "/links": Page(html("Links", ["/unfollowed"], '<meta name="robots" content="nofollow">')),
         "/private/x": Page(html("Private", [])),
