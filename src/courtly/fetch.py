@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import ssl
 import time
@@ -22,6 +23,9 @@ from courtly.config import Limits
 from courtly.model import ExitCode
 
 _CHUNK = 16 * 1024
+#: aiohttp's messages when a response head is over max_header_count / max_header_size
+_HEADER_LIMIT = re.compile(r"Too many headers|Got more than \d+ bytes|Header value too long|"
+                           r"Status line is too long|Request line too long", re.I)
 
 
 @dataclass(slots=True)
@@ -52,16 +56,27 @@ def address_allowed(address: str, allowed_hosts: Iterable[str] = ()) -> bool:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.ipv4_mapped or ip.sixtofour
+        if embedded is not None:
+            ip = embedded
+    return ip.is_global and not (
+        ip.is_multicast or ip.is_reserved or ip.is_loopback or ip.is_link_local
+        or ip.is_private or ip.is_unspecified
+    )
 
 
 class GuardedResolver(AbstractResolver):
-    """Resolves names, then drops addresses the address guard refuses (so DNS cannot rebind)."""
+    """Resolves names, then drops addresses the address guard refuses (so DNS cannot rebind).
 
-    def __init__(self, allowed_hosts: frozenset[str]) -> None:
-        self._inner = DefaultResolver()
+    aiohttp connects only to the addresses returned here, so the check is on the address
+    actually connected to. A seed's own host (allowed_hosts) is let through as it resolves.
+    """
+
+    def __init__(
+        self, allowed_hosts: frozenset[str], inner: AbstractResolver | None = None
+    ) -> None:
+        self._inner = inner or DefaultResolver()
         self._allowed = allowed_hosts
 
     async def resolve(
@@ -71,7 +86,8 @@ class GuardedResolver(AbstractResolver):
         results = await self._inner.resolve(host, port, family)
         if host in self._allowed:
             return results
-        kept = [r for r in results if address_allowed(r["host"], self._allowed)]
+        # by host, not by address: another name for a seed's address is not the seed's host
+        kept = [r for r in results if address_allowed(r["host"])]
         if not kept:
             raise _BlockedAddress(f"{host} resolves only to non-public addresses")
         return kept
@@ -105,28 +121,52 @@ class _Decoder:
 
     def feed(self, data: bytes) -> bytes:
         """Decode one chunk; raise TOO_LARGE past the limit, PROTOCOL_ERROR on garbage."""
-        room = self.limit - self.size + 1
         try:
             if self._zlib is not None:
-                try:
-                    out = self._zlib.decompress(data, room)
-                except zlib.error:
-                    if self.size or not getattr(self, "_raw_fallback", False):
-                        raise
-                    self._raw_fallback = False
-                    self._zlib = zlib.decompressobj(wbits=-zlib.MAX_WBITS)
-                    out = self._zlib.decompress(data, room)
+                out = self._inflate(data)
             elif self._brotli is not None:
-                out = self._brotli.process(data, output_buffer_limit=room)
+                out = self._brotli.process(data, output_buffer_limit=self.limit - self.size + 1)
             else:
                 out = data
             assert isinstance(out, bytes)
         except (zlib.error, brotli.error) as exc:
             raise FetchError(ExitCode.PROTOCOL_ERROR, f"bad compressed body: {exc}") from None
-        self.size += len(out)
-        if self.size > self.limit:
-            raise FetchError(ExitCode.TOO_LARGE, f"decoded body over {self.limit} bytes")
+        self._count(len(out))
         return out
+
+    def _count(self, n: int) -> None:
+        self.size += n
+        if self.size > self.limit:
+            raise FetchError(
+                ExitCode.TOO_LARGE, f"decompressed body over {self.limit} bytes (cut off)"
+            )
+
+    def _inflate(self, data: bytes) -> bytes:
+        out: list[bytes] = []
+        produced = 0
+        while data:
+            room = self.limit - self.size - produced + 1
+            try:
+                chunk = self._zlib.decompress(data, room)
+            except zlib.error:
+                if self.size or produced or not getattr(self, "_raw_fallback", False):
+                    raise
+                self._raw_fallback = False  # "deflate" sent as raw deflate, not zlib
+                self._zlib = zlib.decompressobj(wbits=-zlib.MAX_WBITS)
+                continue
+            out.append(chunk)
+            produced += len(chunk)
+            if len(chunk) >= room:
+                break  # over the limit: the caller raises TOO_LARGE
+            if self._zlib.unconsumed_tail:
+                data = self._zlib.unconsumed_tail
+            elif self._zlib.eof and self._zlib.unused_data.lstrip(b"\0"):
+                # another gzip member (concatenated members are one gzip stream)
+                data = self._zlib.unused_data
+                self._zlib = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            else:
+                data = b""
+        return b"".join(out)
 
 
 class Fetcher:
@@ -141,7 +181,8 @@ class Fetcher:
     ) -> None:
         self.limits = limits
         self.user_agent = user_agent
-        self._allowed = frozenset(allowed_hosts)
+        # as URLs spell hosts to the resolver: no IPv6 brackets, lower case
+        self._allowed = frozenset(h.strip("[]").lower() for h in allowed_hosts)
         self._concurrency = concurrency
         self._session: aiohttp.ClientSession | None = None
 
@@ -168,6 +209,9 @@ class Fetcher:
                 sock_read=self.limits.read_timeout,
             ),
         )
+        # one request per crawl action: no silent resend when a server drops the connection
+        if hasattr(self._session, "_retry_connection"):
+            self._session._retry_connection = False
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -175,13 +219,14 @@ class Fetcher:
             await self._session.close()
 
     def _check_literal_address(self, host: str) -> None:
+        host = host.strip("[]").lower()
         if self.limits.allow_private_addresses or host in self._allowed:
             return
         try:
-            ipaddress.ip_address(host.strip("[]"))
+            ipaddress.ip_address(host)
         except ValueError:
             return  # a name: the resolver guards it
-        if not address_allowed(host.strip("[]"), self._allowed):
+        if not address_allowed(host):
             raise FetchError(ExitCode.BLOCKED_ADDRESS, f"address {host} is not public")
 
     async def get(
@@ -196,45 +241,23 @@ class Fetcher:
         With truncate, a body over max_body is cut there instead of refused (robots.txt).
         """
         assert self._session is not None, "use 'async with Fetcher(...)'"
-        limit = max_body or self.limits.max_body_size
+        lim = self.limits
+        limit = max_body or lim.max_body_size
         started = time.monotonic()
+        total = asyncio.timeout(lim.total_timeout)
+        first_byte = asyncio.timeout(lim.first_byte_timeout)
         try:
-            async with asyncio.timeout(self.limits.total_timeout):
-                host = URL(url).raw_host or ""
-                self._check_literal_address(host)
-                async with asyncio.timeout(self.limits.first_byte_timeout):
+            async with total:
+                self._check_literal_address(URL(url).raw_host or "")
+                async with first_byte:
                     resp = await self._session.get(url, headers=headers, allow_redirects=False)
                 async with resp:
-                    declared = resp.content_length
-                    if declared is not None and declared > limit and not truncate:
-                        raise FetchError(ExitCode.TOO_LARGE, f"Content-Length {declared} > {limit}")
-                    decoder = _Decoder(
-                        resp.headers.get("Content-Encoding", "").strip().lower(),
-                        self.limits.max_decompressed_size,
-                    )
-                    parts: list[bytes] = []
-                    received = 0
-                    async for chunk in resp.content.iter_chunked(_CHUNK):
-                        received += len(chunk)
-                        if received > limit:
-                            if not truncate:
-                                raise FetchError(ExitCode.TOO_LARGE, f"body over {limit} bytes")
-                            parts.append(decoder.feed(chunk[: limit - received]))
-                            break
-                        parts.append(decoder.feed(chunk))
-                    hdrs: dict[str, str] = {}
-                    for name, value in resp.headers.items():
-                        key = name.lower()
-                        hdrs[key] = f"{hdrs[key]}, {value}" if key in hdrs else value
-                    return Response(
-                        url, resp.status, hdrs, b"".join(parts), time.monotonic() - started
-                    )
+                    return await self._read(resp, url, limit, truncate, started)
         except FetchError:
             raise
-        except TimeoutError:
-            raise FetchError(
-                ExitCode.TIMEOUT, f"timed out after {time.monotonic() - started:.1f}s"
-            ) from None
+        except TimeoutError as exc:
+            raise FetchError(ExitCode.TIMEOUT, self._timeout_detail(exc, total, first_byte,
+                                                                    started)) from None
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, _BlockedAddress):
                 raise FetchError(ExitCode.BLOCKED_ADDRESS, str(exc.os_error)) from None
@@ -243,14 +266,63 @@ class Fetcher:
             raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {exc.os_error}") from None
         except _BlockedAddress as exc:
             raise FetchError(ExitCode.BLOCKED_ADDRESS, str(exc)) from None
-        except (aiohttp.ClientResponseError, aiohttp.ClientPayloadError) as exc:
+        except aiohttp.ClientResponseError as exc:
+            if _HEADER_LIMIT.search(exc.message):
+                raise FetchError(ExitCode.TOO_LARGE, f"response head over the limits "
+                                 f"({lim.max_header_count} headers, {lim.max_header_size} "
+                                 f"bytes a line): {_one_line(exc.message)}") from None
+            raise FetchError(ExitCode.PROTOCOL_ERROR, _one_line(exc.message)) from None
+        except aiohttp.ClientPayloadError as exc:
             raise FetchError(ExitCode.PROTOCOL_ERROR, _one_line(exc)) from None
         except aiohttp.ServerDisconnectedError as exc:
             raise FetchError(ExitCode.PROTOCOL_ERROR, _one_line(exc)) from None
-        except (aiohttp.ClientError, ssl.SSLError, OSError, ValueError) as exc:
+        except (aiohttp.ClientError, ssl.SSLError, OSError, ValueError, UnicodeError) as exc:
             raise FetchError(ExitCode.NETWORK_ERROR, _one_line(exc)) from None
 
+    async def _read(
+        self, resp: aiohttp.ClientResponse, url: str, limit: int, truncate: bool, started: float
+    ) -> Response:
+        """Read the body chunk by chunk, cutting it off at the size limits."""
+        declared = resp.content_length
+        if declared is not None and declared > limit and not truncate:
+            raise FetchError(ExitCode.TOO_LARGE, f"Content-Length {declared} over {limit} bytes")
+        decoder = _Decoder(
+            resp.headers.get("Content-Encoding", "").strip().lower(),
+            self.limits.max_decompressed_size,
+        )
+        parts: list[bytes] = []
+        received = 0
+        async for chunk in resp.content.iter_chunked(_CHUNK):
+            received += len(chunk)
+            if received > limit:
+                if not truncate:
+                    raise FetchError(ExitCode.TOO_LARGE, f"body over {limit} bytes (cut off)")
+                parts.append(decoder.feed(chunk[: len(chunk) - (received - limit)]))
+                break
+            parts.append(decoder.feed(chunk))
+        hdrs: dict[str, str] = {}
+        for name, value in resp.headers.items():
+            key = name.lower()
+            hdrs[key] = f"{hdrs[key]}, {value}" if key in hdrs else value
+        return Response(url, resp.status, hdrs, b"".join(parts), time.monotonic() - started)
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.replace("\n", " ")[:300]
+    def _timeout_detail(
+        self, exc: BaseException, total: asyncio.Timeout, first_byte: asyncio.Timeout,
+        started: float,
+    ) -> str:
+        lim = self.limits
+        took = f"after {time.monotonic() - started:.1f}s"
+        if total.expired():
+            return f"total timeout ({lim.total_timeout}s) {took}"
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return f"connect timeout ({lim.connect_timeout}s) {took}"
+        if first_byte.expired():
+            return f"first-byte timeout ({lim.first_byte_timeout}s) {took}"
+        if isinstance(exc, aiohttp.SocketTimeoutError):
+            return f"read-idle timeout ({lim.read_timeout}s without data) {took}"
+        return f"timed out {took}"
+
+
+def _one_line(exc: BaseException | str) -> str:
+    text = exc if isinstance(exc, str) else str(exc) or type(exc).__name__
+    return " ".join(text.split())[:300]

@@ -14,6 +14,24 @@ _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
          (codecs.BOM_UTF16_BE, "utf-16-be"))
 _SELECTOR = "a[href], area[href], base[href], link[rel][href], meta[name][content]"
 
+#: HTML past this many bytes is not parsed (a DOM costs 10-30 times the HTML it is built from)
+MAX_PARSE_BYTES = 4 * 1024 * 1024
+#: elements nested deeper than this are dropped before parsing (deep nesting is quadratic)
+MAX_NESTING = 256
+_MAX_ANCHOR = 1000  # characters of anchor text kept per link
+#: tags never dropped: void elements, optional end tags, and what the crawler reads
+_FLAT = frozenset({
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
+    "source", "track", "wbr", "keygen", "p", "li", "dt", "dd", "tr", "td", "th", "option",
+    "optgroup", "rb", "rt", "rp", "thead", "tbody", "tfoot", "colgroup", "caption", "html",
+    "head", "body", "a", "title",
+})
+#: opening or closing tags of the elements that nest (the others are skipped by the regex engine)
+_TAG = re.compile(
+    r"<(/?)(?!(?:" + "|".join(sorted(_FLAT)) + r")[\s/>])([a-zA-Z][a-zA-Z0-9:-]*)[^<>]*?(/?)>",
+    re.I,
+)
+
 
 @dataclass(slots=True)
 class PageLink:
@@ -35,6 +53,7 @@ class ParsedPage:
     nofollow: bool = False
     title: str | None = None
     text: str = ""
+    truncated: bool = False  # the body was longer than the parse limit
 
 
 def _valid_codec(name: str) -> str | None:
@@ -45,7 +64,7 @@ def _valid_codec(name: str) -> str | None:
 
 
 def decode(body: bytes, content_type: str | None) -> str:
-    """Decode a page: BOM, then the header charset, then <meta charset>, then UTF-8; never raises."""
+    """Decode a page: BOM, header charset, <meta charset>, then UTF-8; never raises."""
     for bom, enc in _BOMS:
         if body.startswith(bom):
             return body[len(bom):].decode(enc, errors="replace")
@@ -62,6 +81,27 @@ def decode(body: bytes, content_type: str | None) -> str:
         return body.decode(charset, errors="replace")
     except (LookupError, ValueError):
         return body.decode("utf-8", errors="replace")
+
+
+def flatten(html: str, max_depth: int = MAX_NESTING) -> str:
+    """Drop the opening and closing tags of elements nested deeper than max_depth.
+
+    A rough tag scan (linear time), not a parser: the depth counts elements that nest; what
+    the crawler reads (links, base, canonical, meta robots, title) is never dropped.
+    """
+    depth = 0
+
+    def visit(m: re.Match[str]) -> str:
+        nonlocal depth
+        if m.group(3):
+            return m.group(0)
+        if m.group(1):  # a closing tag
+            depth = max(0, depth - 1)
+            return m.group(0) if depth < max_depth else ""
+        depth += 1
+        return m.group(0) if depth <= max_depth else ""
+
+    return _TAG.sub(visit, html)
 
 
 def robots_directives(value: str, token: str) -> tuple[bool, bool]:
@@ -82,12 +122,21 @@ def robots_directives(value: str, token: str) -> tuple[bool, bool]:
 
 
 def parse_html(
-    body: bytes, content_type: str | None, token: str, max_links: int, want_text: bool = False
+    body: bytes,
+    content_type: str | None,
+    token: str,
+    max_links: int,
+    want_text: bool = False,
+    max_bytes: int = MAX_PARSE_BYTES,
 ) -> ParsedPage:
-    """Extract links, base href, canonical, meta robots, title and (optionally) text."""
-    html = decode(body, content_type)
+    """Extract links, base href, canonical, meta robots, title and (optionally) text.
+
+    Time and memory are bounded: only the first max_bytes of the body are parsed, elements
+    nested deeper than MAX_NESTING are flattened, at most max_links links are kept.
+    """
+    page = ParsedPage(truncated=len(body) > max_bytes)
+    html = flatten(decode(body[:max_bytes], content_type))
     tree = LexborHTMLParser(html)
-    page = ParsedPage()
     robot_names = ("robots", token)
     for node in tree.css(_SELECTOR):
         tag = node.tag
@@ -95,10 +144,8 @@ def parse_html(
         if tag == "a" or tag == "area":
             if len(page.links) < max_links:
                 rel = (attrs.get("rel") or "").lower().split()
-                page.links.append(
-                    PageLink(attrs.get("href") or "", node.text(strip=True) if tag == "a" else "",
-                             "nofollow" in rel)
-                )
+                text = node.text(strip=True)[:_MAX_ANCHOR] if tag == "a" else ""
+                page.links.append(PageLink(attrs.get("href") or "", text, "nofollow" in rel))
         elif tag == "base":
             if page.base is None:
                 page.base = (attrs.get("href") or "").strip()

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from courtly.crawler import CrawlStats
 
 LOG_EVERY = 5.0
-_ERRORS = ("HTTP_", "NETWORK", "TIMEOUT", "PROTOCOL", "TOO_LARGE", "RATE", "DATABASE")
+_ERRORS = ("HTTP_", "NETWORK", "TIMEOUT", "PROTOCOL", "TOO_LARGE", "TOO_MANY_REDIRECTS", "RATE",
+           "DATABASE")
 
 
 def _line(stats: CrawlStats) -> str:

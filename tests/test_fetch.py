@@ -1,0 +1,261 @@
+"""The HTTP client alone against the hostile server: every fault becomes one FetchError."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import socket
+import time
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import brotli
+import pytest
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from courtly.config import Limits
+from courtly.fetch import Fetcher, FetchError, GuardedResolver, _BlockedAddress, _Decoder
+from courtly.fetch import address_allowed as allowed
+from courtly.model import ExitCode
+from tests.hostile_server import (
+    HostileServer,
+    close_at_once,
+    drip,
+    endless,
+    fixed,
+    gzip_bomb,
+    header_flood,
+    page,
+    reset_mid_body,
+    response,
+    silent,
+    stall_after_headers,
+)
+
+LIMITS = Limits(connect_timeout=1, first_byte_timeout=0.4, read_timeout=0.6, total_timeout=1.2,
+                max_body_size=1 << 20, max_decompressed_size=4 << 20, max_header_count=50,
+                max_header_size=4096)
+
+FAULTS: dict[str, tuple[Any, ExitCode, str]] = {
+    # name: (fault, exit code, a word of the detail)
+    "silent": (silent, ExitCode.TIMEOUT, "first-byte"),
+    "stall": (stall_after_headers(), ExitCode.TIMEOUT, "read-idle"),
+    "drip": (drip(0.2), ExitCode.TIMEOUT, "total"),
+    "endless": (endless(), ExitCode.TOO_LARGE, "cut off"),
+    "declared": (endless(chunked=False, declared=200_000_000), ExitCode.TOO_LARGE,
+                 "Content-Length"),
+    "undeclared": (endless(chunked=False), ExitCode.TOO_LARGE, "cut off"),
+    "gzip-bomb": (fixed(page(gzip_bomb(40 << 20), Content_Encoding="gzip")),
+                  ExitCode.TOO_LARGE, "decompressed"),
+    "br-bomb": (fixed(page(brotli.compress(b"\0" * (20 << 20)), Content_Encoding="br")),
+                ExitCode.TOO_LARGE, "decompressed"),
+    "bad-status": (fixed(b"HTTP/1.1 abc nonsense\r\n\r\n"), ExitCode.PROTOCOL_ERROR, "status"),
+    "no-status": (fixed(b"<html>HTTP/0.9 style, no status line</html>"),
+                  ExitCode.PROTOCOL_ERROR, "status"),
+    "bad-chunks": (fixed(response("200 OK", {"Transfer-Encoding": "chunked"}, b"zz\r\nhi\r\n")),
+                   ExitCode.PROTOCOL_ERROR, "chunk"),
+    "short-body": (fixed(response("200 OK", {"Content-Length": "1000"}, b"short")),
+                   ExitCode.PROTOCOL_ERROR, "not completed"),
+    "reset": (reset_mid_body, ExitCode.PROTOCOL_ERROR, "not completed"),
+    "empty": (close_at_once, ExitCode.PROTOCOL_ERROR, "disconnected"),
+    "bad-gzip": (fixed(page(b"not gzip", Content_Encoding="gzip")), ExitCode.PROTOCOL_ERROR,
+                 "compressed"),
+    "bad-br": (fixed(page(b"not brotli", Content_Encoding="br")), ExitCode.PROTOCOL_ERROR,
+               "compressed"),
+    "odd-encoding": (fixed(page(b"xx", Content_Encoding="compress")), ExitCode.PROTOCOL_ERROR,
+                     "Content-Encoding"),
+    "header-count": (fixed(header_flood(1000)), ExitCode.TOO_LARGE, "headers"),
+    "header-size": (fixed(header_flood(1, 100_000)), ExitCode.TOO_LARGE, "headers"),
+    "bad-length": (fixed(response("200 OK", {"Content-Length": "-5"}, b"x")),
+                   ExitCode.PROTOCOL_ERROR, "Content-Length"),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[HostileServer]:
+    faults = {name: f for name, (f, _, _) in FAULTS.items()}
+    faults["ok"] = fixed(page("<html>fine</html>"))
+    faults["deflate-raw"] = fixed(page(zlib.compress(b"raw deflate")[2:-4],
+                                       Content_Encoding="deflate"))
+    faults["gzip-members"] = fixed(page(gzip.compress(b"one ") + gzip.compress(b"two"),
+                                        Content_Encoding="gzip"))
+    with HostileServer(faults) as server:
+        yield server
+
+
+async def fetch(url: str, limits: Limits = LIMITS, **kw: Any) -> Any:
+    async with Fetcher(limits, "courtly-test", 4, {"127.0.0.1"}) as fetcher:
+        return await fetcher.get(url, **kw)
+
+
+@pytest.mark.parametrize("name", list(FAULTS))
+def test_each_fault_is_one_fetch_error_in_bounded_time(hostile: HostileServer, name: str) -> None:
+    _, code, word = FAULTS[name]
+    started = time.monotonic()
+    with pytest.raises(FetchError) as info:
+        asyncio.run(fetch(hostile.url(name)))
+    took = time.monotonic() - started
+    assert info.value.exit_code is code, info.value.detail
+    assert word.lower() in info.value.detail.lower()
+    assert "\n" not in info.value.detail and len(info.value.detail) <= 300
+    assert took < LIMITS.total_timeout + 0.5
+    hits = hostile.hits_for(name)
+    assert hits, "the fault was never reached"
+    last = hits[-1]
+    deadline = time.monotonic() + 1
+    while not last.ended and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert last.ended, "the connection is still open"
+    # the server saw the client hang up at the limit, not later
+    assert last.ended - last.arrived < LIMITS.total_timeout + 0.3
+    if name == "endless":
+        # cut off, not read to the end (what was sent past the limit sits in socket buffers)
+        assert last.sent < 16 * LIMITS.max_body_size and last.client_closed
+
+
+def test_well_formed_answers_still_work(hostile: HostileServer) -> None:
+    ok = asyncio.run(fetch(hostile.url("ok")))
+    assert ok.status == 200 and ok.body == b"<html>fine</html>"
+    assert asyncio.run(fetch(hostile.url("deflate-raw"))).body == b"raw deflate"
+    assert asyncio.run(fetch(hostile.url("gzip-members"))).body == b"one two"
+
+
+def test_truncate_keeps_exactly_the_first_bytes(hostile: HostileServer) -> None:
+    resp = asyncio.run(fetch(hostile.url("endless"), max_body=100_000, truncate=True))
+    assert len(resp.body) == 100_000
+    assert resp.body.startswith(b"<p>aaa")
+
+
+def test_first_byte_and_read_idle_timeouts_are_told_apart(hostile: HostileServer) -> None:
+    slow_reader = Limits(first_byte_timeout=2, read_timeout=0.3, total_timeout=3)
+    with pytest.raises(FetchError) as info:
+        asyncio.run(fetch(hostile.url("silent"), slow_reader))
+    assert info.value.exit_code is ExitCode.TIMEOUT and "read-idle" in info.value.detail
+
+
+def test_decoder_cuts_a_bomb_without_inflating_it() -> None:
+    bomb = gzip_bomb(64 << 20)
+    decoder = _Decoder("gzip", 1 << 20)
+    with pytest.raises(FetchError) as info:
+        for i in range(0, len(bomb), 16384):
+            out = decoder.feed(bomb[i:i + 16384])
+            assert len(out) <= (1 << 20) + 1
+    assert info.value.exit_code is ExitCode.TOO_LARGE
+    assert decoder.size <= (1 << 20) + 1
+
+
+# -- the address guard -----------------------------------------------------------------------
+@pytest.mark.parametrize("address", [
+    "127.0.0.1", "127.0.0.2", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
+    "100.64.0.1", "0.0.0.0", "224.0.0.1", "240.0.0.1", "255.255.255.255", "192.0.2.1", "::1",
+    "::", "fe80::1%eth0", "fc00::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1",
+    "2002:7f00:1::", "2001:db8::1", "not an address",
+])
+def test_address_guard_refuses_non_public_addresses(address: str) -> None:
+    assert not allowed(address)
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "93.184.216.34", "2606:4700::1111",
+                                     "::ffff:8.8.8.8"])
+def test_address_guard_allows_public_addresses(address: str) -> None:
+    assert allowed(address)
+
+
+def test_address_guard_allows_a_seed_host() -> None:
+    assert allowed("127.0.0.1", {"127.0.0.1"})
+    assert not allowed("127.0.0.2", {"127.0.0.1"})
+
+
+class FakeResolver(AbstractResolver):
+    """DNS answers chosen by the test: {name: [addresses]}."""
+
+    def __init__(self, answers: dict[str, list[str]]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        self.asked.append(host)
+        return [ResolveResult(hostname=host, host=a, port=port, family=family, proto=0,
+                              flags=0) for a in self.answers[host]]
+
+    async def close(self) -> None:
+        pass
+
+
+def test_guarded_resolver_filters_every_answer() -> None:
+    fake = FakeResolver({
+        "public.test": ["93.184.216.34"],
+        "rebind.test": ["127.0.0.1"],
+        "mixed.test": ["10.0.0.1", "93.184.216.34", "169.254.169.254"],
+        "seed.test": ["127.0.0.1"],
+        "meta.test": ["169.254.169.254", "::1"],
+    })
+    guard = GuardedResolver(frozenset({"seed.test"}), inner=fake)
+
+    async def resolve(name: str) -> list[str]:
+        return [r["host"] for r in await guard.resolve(name, 80)]
+
+    assert asyncio.run(resolve("public.test")) == ["93.184.216.34"]
+    assert asyncio.run(resolve("mixed.test")) == ["93.184.216.34"]
+    assert asyncio.run(resolve("seed.test")) == ["127.0.0.1"]  # the seed's own host
+    for name in ("rebind.test", "meta.test"):
+        with pytest.raises(_BlockedAddress):
+            asyncio.run(resolve(name))
+
+
+def test_a_name_resolving_to_loopback_is_blocked_before_any_byte(hostile: HostileServer) -> None:
+    """A URL whose name resolves to 127.0.0.1 (DNS rebinding) is refused, not connected to."""
+    port = hostile.origins["ok"].rsplit(":", 1)[1]
+    before = len(hostile.hits)
+
+    async def run() -> None:
+        async with Fetcher(LIMITS, "courtly-test", 4, {"seed.test"}) as fetcher:
+            fetcher._session._connector._resolver = GuardedResolver(  # type: ignore[union-attr]
+                frozenset({"seed.test"}), FakeResolver({"evil.test": ["127.0.0.1"]}))
+            await fetcher.get(f"http://evil.test:{port}/")
+
+    with pytest.raises(FetchError) as info:
+        asyncio.run(run())
+    assert info.value.exit_code is ExitCode.BLOCKED_ADDRESS
+    assert len(hostile.hits) == before
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "[::1]", "0.0.0.0", "169.254.169.254"])
+def test_literal_addresses_are_refused_without_a_connection(host: str) -> None:
+    with pytest.raises(FetchError) as info:
+        asyncio.run(fetch(f"http://{host}:9/"))
+    assert info.value.exit_code is ExitCode.BLOCKED_ADDRESS
+
+
+def test_allow_private_addresses_turns_the_guard_off(hostile: HostileServer) -> None:
+    port = hostile.origins["ok"].rsplit(":", 1)[1]
+
+    async def run() -> int:
+        lim = LIMITS.model_copy(update={"allow_private_addresses": True})
+        async with Fetcher(lim, "courtly-test", 4, ()) as fetcher:  # no seed host at all
+            return (await fetcher.get(f"http://127.0.0.1:{port}/")).status
+
+    assert asyncio.run(run()) == 200
+
+
+def test_another_name_for_the_seed_address_is_not_the_seed_host() -> None:
+    """Seed 127.0.0.1: "localhost" also resolves to 127.0.0.1, but it is not the seed's host."""
+    guard = GuardedResolver(frozenset({"127.0.0.1"}),
+                            FakeResolver({"localhost": ["127.0.0.1", "::1"]}))
+    with pytest.raises(_BlockedAddress):
+        asyncio.run(guard.resolve("localhost", 80))
+
+
+def test_an_ipv6_seed_host_is_its_own_host() -> None:
+    """A seed http://[::1]:PORT/ is allowed: hosts are compared without brackets."""
+
+    async def run() -> None:
+        async with Fetcher(LIMITS, "courtly-test", 4, {"[::1]"}) as fetcher:
+            fetcher._check_literal_address("::1")
+            fetcher._check_literal_address("[::1]")
+            with pytest.raises(FetchError):
+                fetcher._check_literal_address("127.0.0.1")
+
+    asyncio.run(run())
