@@ -210,3 +210,24 @@ def test_database_that_is_not_a_database(tmp_path: Path) -> None:
     run = courtly("stats", "--db", junk)
     assert run.status == 1 and "not a courtly database" in run.err
     assert junk.read_bytes().startswith(b"this is not sqlite")
+
+
+def test_origin_out_of_work_is_reopened_by_new_links(serve, db: Path) -> None:
+    """An origin with nothing to do at first is crawled as soon as another origin links to it."""
+    site = serve({"a": {"/": Page(html("A", ["/slow"])), "/slow": Page(html("slow", []))},
+                  "b": {"/": Page(html("B", []))}})
+    # b's home is crawled in a first run; in the second run only a links to a new page of b
+    assert courtly("crawl", site.url("a"), site.url("b"), "--db", db,
+                   "--min-delay", "0").status == 0
+    site.sites["b"]["/late"] = Page(html("late", []))
+    site.sites["a"]["/new"] = Page(html("new", [site.url("b", "/late")]), delay=0.2)
+    assert courtly("add-seeds", site.url("a", "/new"), "--db", db).status == 0
+    assert courtly("crawl", "--db", db, "--min-delay", "0").status == 0
+    assert "/late" in fetched_paths(site, "b")
+    assert candidates(db)[site.url("b", "/late")]["state"] == "CRAWLED"
+
+
+def test_odd_status_codes_are_protocol_errors(serve, db: Path) -> None:
+    site = serve({"a": {"/": Page(html("A", ["/odd"])), "/odd": Page("x", 999)}})
+    assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
+    assert candidates(db)[site.url("a", "/odd")]["exit_code"] == "PROTOCOL_ERROR"

@@ -226,6 +226,15 @@ class Crawler:
         self.stats.origins_finished += 1
         log.info("%s finished: %s", crawler.origin, crawler.finish_reason or "done")
 
+    def _reopen(self, crawler: OriginCrawler) -> None:
+        """An origin that ran out of work gets new links: back into the penalty box."""
+        if crawler.patience <= 0 or crawler.finish_reason or self._stop.is_set():
+            return  # it gave up for this run
+        crawler.finished = False
+        self.stats.origins_finished -= 1
+        self.box.push(crawler, max(time.monotonic(), crawler.next_request_at))
+        self._wake.set()
+
     # -- one turn of one origin ----------------------------------------------------------
     async def _turn(self, crawler: OriginCrawler) -> float | None:
         """Do one thing for this origin; return when it may go again, or None when finished."""
@@ -435,7 +444,8 @@ class Crawler:
             crawler.state.backoff_until = clock.now() + pause
             action.detail = f"paused {pause:.1f}s"
         elif status in _REDIRECTS:
-            target = normalize(resp.headers.get("location", ""), action.candidate.url)
+            location = resp.headers.get("location", "")
+            target = normalize(location, action.candidate.url, self.config.normalize)
             action.exit_code = ExitCode.REDIRECT if target else ExitCode.HTTP_CLIENT_ERROR
             action.redirect_target = target
             most = self.config.limits.max_redirect_chain
@@ -447,6 +457,9 @@ class Crawler:
                 self._links(action, [Request(target, action.candidate.depth)])
         elif status == 304:
             action.exit_code = ExitCode.NOT_MODIFIED
+        elif status >= 600:
+            action.exit_code = ExitCode.PROTOCOL_ERROR
+            action.detail = f"unexpected status {status}"
         elif status >= 500:
             action.exit_code = ExitCode.HTTP_SERVER_ERROR
         elif status >= 400:
@@ -572,6 +585,9 @@ class Crawler:
                 continue
             origin = origin_of(url)
             out.append(Link(url, origin, item.request.depth, item.score))
+            known = self.crawlers.get(origin)
+            if known is not None and known.finished and self.assignment is None:
+                self._reopen(known)
             if origin not in self.crawlers and self.policy.origin_for(url) == origin:
                 if self.assignment is not None:
                     self.assignment.new_origin(origin)  # crawled by its partition's owner
