@@ -150,6 +150,7 @@ class CrawlConfig(_Section):
     strategy_args: dict[str, Any] = Field(default_factory=dict)  # passed to the strategy
     obey_robots: bool | None = None  # shorthand for robots.obey
     store_content: bool = True
+    commit_interval: float = Field(0.1, ge=0)  # group commit window (SQLite); 0: every action
     force_recrawl: bool = False
     progress: Literal["auto", "live", "log", "off"] = "auto"
     politeness: Politeness = Field(default_factory=Politeness)

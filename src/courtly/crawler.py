@@ -129,7 +129,8 @@ class Crawler:
         ) as self.fetcher:
             for origin in self.origins if fleet is None else ():
                 self._add_crawler(origin)
-            progress = asyncio.create_task(self._report_progress())
+            self.store.commit_interval = self.config.commit_interval
+            progress = asyncio.create_task(self._housekeeping())
             follow = asyncio.create_task(self._follow_assignment()) if fleet else None
             try:
                 await self._dispatch()
@@ -143,6 +144,7 @@ class Crawler:
         if not self.stats.stop_reason:
             self.stats.stop_reason = "finished: no origin has work left"
             self.store.finish_run(self.run_id)
+        self.store.flush()
         self.strategy.close()
         if self.on_progress:
             self.on_progress(self.stats)
@@ -649,8 +651,18 @@ class Crawler:
                     break
                 await asyncio.sleep(0.02)
 
-    async def _report_progress(self) -> None:
-        while self.on_progress is not None:
-            self.on_progress(self.stats)
-            await asyncio.sleep(0.5)
+    async def _housekeeping(self) -> None:
+        """Commit the writes group commit held back, and report progress twice a second."""
+        tick = max(0.02, min(0.5, self.config.commit_interval or 0.5))
+        reported = 0.0
+        while True:
+            if self.on_progress is not None and time.monotonic() - reported >= 0.5:
+                reported = time.monotonic()
+                self.on_progress(self.stats)
+            await asyncio.sleep(tick)
+            try:
+                self.store.flush()
+            except StoreError as exc:
+                self.stop(f"database error: {exc}")
+                return
 

@@ -31,6 +31,9 @@ class OriginState:
 class Store(Protocol):
     """What the crawler needs from the crawl database. Only the store writes it."""
 
+    #: group commit window in seconds (0: each crawl action commits at once)
+    commit_interval: float
+
     def add_links(self, links: list[Link]) -> int:
         """Insert candidates (known URLs are a no-op, a higher score wins); returns rows added."""
         ...
@@ -102,6 +105,10 @@ class Store(Protocol):
 
     def candidate(self, url: str) -> dict[str, Any] | None:
         """One candidate's record, if known."""
+        ...
+
+    def flush(self) -> None:
+        """Commit writes held back by group commit."""
         ...
 
     def close(self) -> None:

@@ -37,6 +37,7 @@ class SqlStore:
     """
 
     path: str
+    commit_interval = 0.0
     worker: str | None = None  # distributed mode: this worker's id, logged with each action
     _zstd = zstandard.ZstdCompressor(level=3)
 
@@ -55,6 +56,9 @@ class SqlStore:
     def close(self) -> None:
         """Close the connection."""
         raise NotImplementedError
+
+    def flush(self) -> None:
+        """Commit writes held back by group commit (backends without it commit at once)."""
 
     # -- schema --------------------------------------------------------------------------
     def _migrate(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,15 @@ from courtly.store.sql import SqlStore
 
 
 class SqliteStore(SqlStore):
-    """Crawl database in one SQLite file (WAL mode, one transaction per crawl action)."""
+    """Crawl database in one SQLite file (WAL mode).
+
+    Each crawl action's results are written atomically (a savepoint); with a commit interval,
+    the actions of that many seconds share one commit (group commit), which is what makes SQLite
+    fast: a crash loses at most that window, whose URLs are crawled again on resume.
+    """
+
+    commit_interval = 0.0  # seconds; 0: every write commits at once
+    _batch_since: float | None = None
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -43,41 +52,82 @@ class SqliteStore(SqlStore):
         return self._db.total_changes - before
 
     def _tx(self) -> _Transaction:
-        return _Transaction(self._db, self.path)
+        return _Transaction(self)
+
+    def flush(self) -> None:
+        """Commit the open group of writes, if any."""
+        if self._batch_since is not None:
+            self._batch_since = None
+            if not self._db.in_transaction:
+                return  # SQLite already rolled it back after an error
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(_explain(exc, self.path)) from None
 
     def _ddl(self, statement: str) -> str:
         return statement.replace("BIGSERIAL_PK", "INTEGER PRIMARY KEY")
 
     def close(self) -> None:
-        """Close the connection."""
-        self._db.close()
+        """Commit what is pending and close the connection."""
+        try:
+            self.flush()
+        finally:
+            self._db.close()
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE … COMMIT, rolling back on error and turning SQLite errors into StoreError."""
+    """One atomic write: BEGIN IMMEDIATE … COMMIT, or a savepoint inside an open group commit.
 
-    def __init__(self, db: sqlite3.Connection, path: str) -> None:
-        self._db = db
-        self._path = path
+    SQLite errors become StoreError; a failed write is rolled back, never half applied.
+    """
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self._db = store._db
+        self._nested = False
 
     def __enter__(self) -> None:
+        store = self._store
         try:
-            self._db.execute("BEGIN IMMEDIATE")
+            if store._batch_since is not None:
+                self._nested = True
+                self._db.execute("SAVEPOINT action")
+            else:
+                self._db.execute("BEGIN IMMEDIATE")
+                if store.commit_interval > 0:
+                    store._batch_since = time.monotonic()
+                    self._nested = True
+                    self._db.execute("SAVEPOINT action")
         except sqlite3.DatabaseError as exc:
-            raise StoreError(_explain(exc, self._path)) from None
+            raise StoreError(_explain(exc, store.path)) from None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> None:
+        store = self._store
         if kind is None:
             try:
-                self._db.execute("COMMIT")
+                if not self._nested:
+                    self._db.execute("COMMIT")
+                    return
+                self._db.execute("RELEASE action")
+                since = store._batch_since
+                if since is not None and time.monotonic() - since >= store.commit_interval:
+                    store.flush()
                 return
             except sqlite3.DatabaseError as err:
                 exc = err
-        if self._db.in_transaction:
+        if not self._db.in_transaction:
+            store._batch_since = None  # SQLite rolled the whole group back (disk full, …)
+        elif self._nested:
+            self._db.execute("ROLLBACK TO action")
+            self._db.execute("RELEASE action")
+        else:
             self._db.execute("ROLLBACK")
         if isinstance(exc, sqlite3.DatabaseError):
-            raise StoreError(_explain(exc, self._path)) from None
+            raise StoreError(_explain(exc, store.path)) from None
 
 
 def _test_pragmas(db: sqlite3.Connection) -> None:

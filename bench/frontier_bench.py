@@ -1,0 +1,157 @@
+"""Frontier scale (issue 6): the crawl database as the frontier at 100k, 1M and 10M known URLs.
+
+For each size N it builds a SQLite crawl database with N candidates spread over 1,000 origins
+(10% already crawled), then measures:
+
+- fill todo: mean time of `Store.take_todo(origin, run, 64, now)` over 200 origins;
+- link insert: throughput of inserting 20k new links and re-inserting 20k known ones
+  (30 links per transaction, as a crawled page does);
+- resume: time from starting `courtly crawl --db DB` to the first request the local server sees
+  (the database's origins include live 127.0.0.1 origins);
+- peak RSS of that `courtly crawl` (VmHWM), which runs 300 crawl actions.
+
+Usage: .venv/bin/python bench/frontier_bench.py [--sizes 100000 1000000 10000000] [--keep]
+Databases are cached in bench/.cache/frontier/ (a 10M database takes a few minutes to build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from courtly.model import Link
+from courtly.site import LocalSite, Page, html
+from courtly.store.sqlite import SqliteStore
+
+CACHE = Path(__file__).resolve().parent / ".cache" / "frontier"
+ORIGINS = 1000
+LIVE = 4  # live origins served on 127.0.0.1 (their URLs are part of the N)
+
+
+def fake(i: int) -> str:
+    """An origin on a closed loopback port: no DNS lookup, no traffic off 127.0.0.0/8."""
+    return f"http://127.0.0.1:{20000 + i}"
+
+
+def build(path: Path, n: int, live: list[str]) -> None:
+    """N candidates over ORIGINS origins (the first LIVE are real), 10% marked crawled."""
+    if path.exists():
+        return
+    tmp = path.with_suffix(".tmp")
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(tmp) + suffix).unlink(missing_ok=True)
+    store = SqliteStore(str(tmp))
+    origins = live + [fake(i) for i in range(ORIGINS - len(live))]
+    store.add_origins(origins, seed=True)
+    rng = random.Random(n)
+    batch: list[Link] = []
+    for i in range(n):
+        origin = origins[i % ORIGINS]
+        batch.append(Link(f"{origin}/page/{i}?q={rng.randrange(1 << 30)}", origin, 1, rng.random()))
+        if len(batch) == 20000:
+            store.add_links(batch)
+            batch.clear()
+    store.add_links(batch)
+    store.close()
+    con = sqlite3.connect(str(tmp))
+    con.execute("UPDATE candidates SET state = 'CRAWLED', next_due = 4e9, exit_code = 'OK' "
+                "WHERE id % 10 = 0")
+    con.commit()
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    tmp.rename(path)
+
+
+def measure_store(path: Path, n: int) -> dict[str, float]:
+    """Fill-todo latency and link-insert throughput on a copy-free open of the database."""
+    store = SqliteStore(str(path))
+    run = store.begin_run()
+    origins = [fake(i) for i in range(200)]
+    started = time.perf_counter()
+    for origin in origins:
+        store.take_todo(origin, run, 64, time.time())
+    fill_ms = (time.perf_counter() - started) / len(origins) * 1000
+    rng = random.Random(1)
+    new = [Link(f"{fake(i % 900)}/new/{n}/{i}", fake(i % 900), 2, 0.3) for i in range(20000)]
+    known_rows = sqlite3.connect(str(path)).execute(
+        "SELECT url, origin FROM candidates WHERE id % 997 = 0 LIMIT 20000").fetchall()
+    known = [Link(u, o, 2, 0.1) for u, o in known_rows]
+    rng.shuffle(new)
+    out: dict[str, float] = {"fill_todo_ms": fill_ms}
+    for name, links in (("insert_new_per_s", new), ("insert_known_per_s", known)):
+        started = time.perf_counter()
+        for i in range(0, len(links), 30):
+            store.add_links(links[i:i + 30])
+        out[name] = len(links) / (time.perf_counter() - started)
+    store.finish_run(run)
+    store.close()
+    return out
+
+
+def measure_resume(path: Path, site: LocalSite) -> dict[str, float]:
+    """Start `courtly crawl` on the database: time to first request and peak RSS."""
+    first_hit = len(site.hits)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "courtly", "crawl", "--db", str(path), "--min-delay", "0",
+         "--max-actions", "300", "--progress", "off"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = None
+    peak = 0
+    while proc.poll() is None:
+        if first is None and len(site.hits) > first_hit:
+            first = site.hits[first_hit].arrived - started
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            peak = max(peak, next(int(line.split()[1]) for line in status.splitlines()
+                                  if line.startswith("VmHWM")))
+        except (OSError, StopIteration):
+            pass
+        time.sleep(0.005)
+    if first is None and len(site.hits) > first_hit:
+        first = site.hits[first_hit].arrived - started
+    return {"resume_to_first_request_s": first or float("nan"), "peak_rss_mb": peak / 1024,
+            "crawl_exit": float(proc.returncode)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
+    args = ap.parse_args()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    pages = {"/": Page(html("home", []))}
+    sites = {f"live{i}": dict(pages) for i in range(LIVE)}
+    results = {}
+    with LocalSite(sites, first_port=19101) as site:
+        live = [site.origins[f"live{i}"] for i in range(LIVE)]
+        for n in args.sizes:
+            path = CACHE / f"frontier-{n}.db"
+            t0 = time.monotonic()
+            build(path, n, live)
+            built = time.monotonic() - t0
+            row = {"n": n, "build_s": built, "db_mb": path.stat().st_size / 1e6}
+            row |= measure_store(path, n)
+            row |= measure_resume(path, site)
+            results[n] = row
+            print(json.dumps(row), flush=True)
+    print()
+    print("| known URLs | fill todo (ms) | insert new links/s | re-insert known/s "
+          "| resume → first request (s) | peak RSS (MB) | db size (MB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n, r in results.items():
+        print(f"| {n:,} | {r['fill_todo_ms']:.2f} | {r['insert_new_per_s']:,.0f} | "
+              f"{r['insert_known_per_s']:,.0f} | {r['resume_to_first_request_s']:.2f} | "
+              f"{r['peak_rss_mb']:.0f} | {r['db_mb']:,.0f} |")
+    print(f"\nmachine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+
+
+if __name__ == "__main__":
+    main()
