@@ -75,6 +75,14 @@ def chrome(words: list[str], rng: random.Random, vocab: list[str]) -> list[str]:
 # -- the two methods ----------------------------------------------------------------------
 
 
+def shingle_set(text: str, size: int) -> set[str]:
+    """Runs of `size` lower-cased words (what simhash and classic MinHash hash one by one)."""
+    tokens = re.findall(r"\w+", text.lower())
+    if len(tokens) <= size:
+        return {" ".join(tokens)}
+    return {" ".join(tokens[i:i + size]) for i in range(len(tokens) - size + 1)}
+
+
 @dataclass
 class Method:
     name: str
@@ -87,8 +95,7 @@ class Method:
 
 def simhash_method(shingle: int, k: int) -> Method:
     def fp(text: str) -> int | None:
-        tokens = dedup.words(text)
-        hashes = [xxhash.xxh64_intdigest(s.encode()) for s in set(dedup.shingles(tokens, shingle))]
+        hashes = [xxhash.xxh64_intdigest(s.encode()) for s in shingle_set(text, shingle)]
         half, value = len(hashes) / 2, 0
         for pos, col in enumerate(zip(*(f"{h:064b}" for h in hashes), strict=True)):
             if col.count("1") > half:
@@ -113,7 +120,7 @@ def minhash_method(perms: int, bands: int, threshold: float, shingle: int = 3) -
 
     def fp(text: str) -> list[int]:
         hashes = [xxhash.xxh64_intdigest(s.encode()) & _P
-                  for s in set(dedup.shingles(dedup.words(text), shingle))]
+                  for s in shingle_set(text, shingle)]
         return [min((a * h + b) % _P for h in hashes) for a, b in coeffs]
 
     def keys(sig: object) -> list[tuple[int, int]]:

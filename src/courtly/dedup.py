@@ -14,15 +14,16 @@ the pages that share a key (one indexed query) and compares only their signature
 Why MinHash rather than simhash: bench/dedup_bench.py. On real text with known edits, a 64-bit
 simhash within Hamming distance 3 found 26–79 % of the copies with 0.5 % of their words changed
 and 11–28 % of the copies with a new navigation bar; this finds 100 % of both, with no false
-positive, in about the same time per page (about 1 ms in pure Python), for 256 bytes of
+positive, in less time per page (0.1 ms for a 5 KB page, vectorized with NumPy), for 256 bytes of
 signature and 32 index rows per page (simhash: 8 bytes and 4 rows).
 """
 
 from __future__ import annotations
 
-import re
 import struct
 
+import numpy as np
+import numpy.typing as npt
 import xxhash
 
 exact_fingerprint = xxhash.xxh3_128_hexdigest
@@ -34,43 +35,84 @@ SHINGLE = 3
 #: pages with fewer words than this get no signature: tiny pages look alike by chance
 MIN_WORDS = 20
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 _EMPTY = 1 << 16
 _PACK = struct.Struct(f"<{BINS}H")
 
 
-def words(text: str) -> list[str]:
-    """Lower-cased word tokens."""
-    return _WORD.findall(text.lower())
+_SEPARATORS = str.maketrans({c: " " for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^`{|}~"})
+#: only the first TEXT_LIMIT bytes of a page's text are fingerprinted
+TEXT_LIMIT = 64 * 1024
+_P = np.uint64(0x100000001B3)  # odd, so invertible modulo 2**64
 
 
-def shingles(tokens: list[str], size: int = SHINGLE) -> list[str]:
-    """Overlapping runs of `size` words (the whole text if shorter)."""
-    if len(tokens) <= size:
-        return [" ".join(tokens)] if tokens else []
-    return [" ".join(tokens[i:i + size]) for i in range(len(tokens) - size + 1)]
+def _powers(base: int) -> U64:
+    """base**i modulo 2**64 for i in 0..TEXT_LIMIT."""
+    out = np.cumprod(np.full(TEXT_LIMIT, np.uint64(base), dtype=np.uint64))
+    return np.concatenate(([np.uint64(1)], out))
+
+
+_POWERS = _powers(int(_P))
+_INVERSES = _powers(pow(int(_P), -1, 1 << 64))
+U64 = npt.NDArray[np.uint64]
+_K1, _K2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+
+
+def _mix(h: U64) -> U64:
+    """splitmix64's finalizer: every input bit affects every output bit."""
+    h = h ^ (h >> np.uint64(30))
+    h *= _K1
+    h ^= h >> np.uint64(27)
+    h *= _K2
+    out: U64 = h ^ (h >> np.uint64(31))
+    return out
+
+
+def word_hashes(text: str) -> U64:
+    """A 64-bit hash per word (lower-cased; whitespace and ASCII punctuation separate words).
+
+    Written by hand, vectorized: polynomial prefix sums give every word's hash at once, where a
+    per-word call to a hash function would cost more than the rest of the page's processing.
+    """
+    data = np.frombuffer(
+        text.lower().translate(_SEPARATORS).encode("utf-8", "replace")[:TEXT_LIMIT],
+        dtype=np.uint8,
+    )
+    inside = np.concatenate(([False], data > 32, [False]))
+    edges = np.flatnonzero(inside[1:] != inside[:-1])
+    starts, ends = edges[::2], edges[1::2]
+    with np.errstate(over="ignore"):
+        sums = np.concatenate(([np.uint64(0)], np.cumsum(data * _POWERS[: len(data)])))
+        return _mix((sums[ends] - sums[starts]) * _INVERSES[starts])
+
+
+def shingle_hashes(words: U64) -> U64:
+    """One 64-bit hash per run of SHINGLE consecutive words."""
+    if len(words) < SHINGLE:
+        return np.array([np.bitwise_xor.reduce(words)], dtype=np.uint64)
+    n = len(words) - SHINGLE + 1
+    with np.errstate(over="ignore"):
+        return _mix(words[:n] * _K1 ^ words[1:n + 1] * _K2 ^ words[2:n + 2])
 
 
 def signature(text: str, min_words: int = MIN_WORDS) -> bytes | None:
     """The MinHash signature of a text (BINS 16-bit values, packed), or None if too short."""
-    tokens = words(text)
-    if len(tokens) < min_words:
+    words = word_hashes(text)
+    if len(words) < min_words:
         return None
-    sig = [_EMPTY] * BINS
-    for shingle in set(shingles(tokens)):
-        h = xxhash.xxh64_intdigest(shingle.encode())
-        b, v = h % BINS, h >> 48
-        if v < sig[b]:
-            sig[b] = v
+    h = shingle_hashes(words)
+    sig = np.full(BINS, _EMPTY, dtype=np.uint32)
+    bins = (h % np.uint64(BINS)).astype(np.intp)
+    np.minimum.at(sig, bins, (h >> np.uint64(48)).astype(np.uint32))
     # rotation densification: an empty bin takes the next filled bin's value, moved by the
     # distance, so two pages with the same filled bins get the same values
-    out = list(sig)
+    values = sig.tolist()
+    out = list(values)
     for i in range(BINS):
-        if sig[i] == _EMPTY:
+        if values[i] == _EMPTY:
             step = 1
-            while sig[(i + step) % BINS] == _EMPTY:
+            while values[(i + step) % BINS] == _EMPTY:
                 step += 1
-            out[i] = (sig[(i + step) % BINS] + step * 0x9E37) & 0xFFFF
+            out[i] = (values[(i + step) % BINS] + step * 0x9E37) & 0xFFFF
     return _PACK.pack(*out)
 
 
