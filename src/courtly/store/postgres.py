@@ -210,7 +210,9 @@ class PostgresStore(SqlStore):
             raise StoreError(_explain(exc, self.path)) from None
 
     def _ddl(self, statement: str) -> str:
-        return statement.replace("BIGSERIAL_PK", "BIGSERIAL PRIMARY KEY")
+        return statement.replace("BIGSERIAL_PK", "BIGSERIAL PRIMARY KEY").replace(
+            " WITHOUT_ROWID", ""
+        )
 
     def _migrate(self) -> None:
         # one migrating process at a time: workers starting together all open the store

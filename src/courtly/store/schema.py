@@ -136,4 +136,17 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX near_dup_keys_candidate ON near_dup_keys (candidate)",
     ],
+    # 6: band keys in one B-tree (key, candidate) (SQLite: WITHOUT ROWID), no index by candidate:
+    # a page's old keys are found from its old signature. Three B-trees per key row were the
+    # most expensive write of a crawl action (bench/RESULTS.md).
+    [
+        """CREATE TABLE near_dup_keys_6 (
+            key BIGINT NOT NULL,
+            candidate BIGINT NOT NULL,
+            PRIMARY KEY (key, candidate)
+        ) WITHOUT_ROWID""",
+        "INSERT INTO near_dup_keys_6 (key, candidate) SELECT key, candidate FROM near_dup_keys",
+        "DROP TABLE near_dup_keys",
+        "ALTER TABLE near_dup_keys_6 RENAME TO near_dup_keys",
+    ],
 ]

@@ -216,8 +216,15 @@ class SqlStore:
 
     def _save_signature(self, candidate: int, signature: bytes) -> None:
         """Store a page's MinHash signature and its band keys (in the caller's transaction)."""
-        self._x("DELETE FROM near_dup_keys WHERE candidate = ?", (candidate,))
-        self._x("DELETE FROM near_dup WHERE candidate = ?", (candidate,))
+        old = self._x(
+            "SELECT signature FROM near_dup WHERE candidate = ?", (candidate,)
+        ).fetchone()
+        if old is not None:
+            self._xmany(
+                "DELETE FROM near_dup_keys WHERE key = ? AND candidate = ?",
+                [(key, candidate) for key in dedup.band_keys(bytes(old[0]))],
+            )
+            self._x("DELETE FROM near_dup WHERE candidate = ?", (candidate,))
         self._x("INSERT INTO near_dup (candidate, signature) VALUES (?, ?)", (candidate, signature))
         self._xmany(
             "INSERT INTO near_dup_keys (key, candidate) VALUES (?, ?) ON CONFLICT DO NOTHING",

@@ -32,6 +32,7 @@ class SqliteStore(SqlStore):
             self._db = sqlite3.connect(path, timeout=5.0, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the indexes stay hot
             self._migrate()
             _test_pragmas(self._db)
         except sqlite3.DatabaseError as exc:
@@ -68,7 +69,9 @@ class SqliteStore(SqlStore):
                 raise StoreError(_explain(exc, self.path)) from None
 
     def _ddl(self, statement: str) -> str:
-        return statement.replace("BIGSERIAL_PK", "INTEGER PRIMARY KEY")
+        return statement.replace("BIGSERIAL_PK", "INTEGER PRIMARY KEY").replace(
+            "WITHOUT_ROWID", "WITHOUT ROWID"
+        )
 
     def close(self) -> None:
         """Commit what is pending and close the connection."""
