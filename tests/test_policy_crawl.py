@@ -1,0 +1,45 @@
+"""A crawl with policies and trap guards: refused URLs are logged with their exit code and rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from courtly.site import Page, html
+from tests.conftest import candidates, courtly, fetched_paths
+
+
+def test_policies_and_traps_show_exit_codes_and_reasons(serve, db: Path, tmp_path: Path) -> None:
+    links = ["/private/a", "/search?q=x", "/search?q=x&page=2", "/search?q=x&sort=asc",
+             "/a/b/c/d/e/f", "/cal/cal/cal/x", "/ok?utm_source=news&id=1",
+             "/file.pdf", "/tmp/x"]
+    site = serve({"a": {"/": Page(html("Home", links)),
+                        **{p: Page(html(p, [])) for p in ("/search?q=x", "/search?page=2&q=x",
+                                                          "/ok?id=1")}}})
+    config = tmp_path / "crawl.toml"
+    config.write_text(
+        '[policies]\ndo_not_crawl = ["/private/", "glob:*.pdf"]\ndeny = ["re:/tmp/"]\n'
+        'url_query_parameters = [{ path_prefix = "/search", allow = [["q"], ["q", "page"]] }]\n'
+        "[traps]\nmax_path_depth = 4\nmax_segment_repeats = 2\n"
+    )
+    run = courtly("crawl", site.url("a"), "--db", db, "--config", config, "--min-delay", "0")
+    assert run.status == 0, run.err
+    cands = candidates(db)
+
+    def outcome(path: str) -> tuple[str, str]:
+        record = cands[site.url("a", path)]
+        return record["exit_code"], record["detail"]
+
+    blocked = "BLOCKED_URL_BY_LOCAL_POLICY"
+    assert outcome("/private/a") == (blocked, "do_not_crawl: /private/")
+    assert outcome("/file.pdf") == (blocked, "do_not_crawl: glob:*.pdf")
+    assert outcome("/tmp/x") == (blocked, "deny: re:/tmp/")
+    code, rule = outcome("/search?q=x&sort=asc")
+    assert code == blocked and rule.startswith("url_query_parameters: /search allows")
+    assert outcome("/a/b/c/d/e/f") == (blocked, "trap: max_path_depth 4")
+    assert outcome("/cal/cal/cal/x") == (blocked, "trap: max_segment_repeats 2")
+    assert outcome("/search?q=x")[0] == "OK"
+    assert outcome("/search?page=2&q=x")[0] == "OK"  # the query was sorted
+    assert outcome("/ok?id=1")[0] == "OK"  # utm_source removed
+    assert set(fetched_paths(site, "a")) == {"/", "/search?q=x", "/search?page=2&q=x", "/ok?id=1"}
+    stats = courtly("stats", "--db", db)
+    assert blocked in stats.out
