@@ -38,7 +38,7 @@ def demo_sites() -> dict[str, dict[str, Page]]:
     }
     blog = {"/": Page(html("Blog", ["/post/1", "/post/2"])),
             "/post/1": Page(html("Post 1", ["/", "/post/2"])),
-            "/post/2": Page(html("Post 1", ["/", "/post/1"]))}
+            "/post/2": Page(html("Post 2", ["/", "/post/1"]))}
     return {"news": news, "shop": shop, "blog": blog}
 
 
