@@ -152,6 +152,7 @@ class CrawlConfig(_Section):
     store_content: bool = True
     commit_interval: float = Field(0.1, ge=0)  # group commit window (SQLite); 0: every action
     force_recrawl: bool = False
+    parse_workers: int = Field(1, ge=0, le=1)  # 1: HTML analysed in a worker process; 0: inline
     progress: Literal["auto", "live", "log", "off"] = "auto"
     politeness: Politeness = Field(default_factory=Politeness)
     robots: Robots = Field(default_factory=Robots)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import xxhash
 
-from courtly import clock, dedup, sitemaps
+from courtly import clock, sitemaps
 from courtly.config import CrawlConfig
 from courtly.fetch import Fetcher, FetchError, Response
 from courtly.model import (
@@ -32,7 +32,7 @@ from courtly.model import (
     Link,
     LinkState,
 )
-from courtly.parse import parse_html, robots_directives
+from courtly.pageworker import PageSettings, PageWorker
 from courtly.policy import Policy
 from courtly.recrawl import next_due
 from courtly.robots import RobotsRules, product_token, rules_for_status
@@ -108,6 +108,12 @@ class Crawler:
         self.run_id = 0
         self.fetcher: Fetcher
         self._opened: set[str] = set()  # origins whose strategy.origin_opened was called
+        limits = config.limits
+        self.pages = PageWorker(  # parse_html and links, in a worker process (pageworker.py)
+            PageSettings(self.token, limits.max_links_per_page, limits.max_parse_size,
+                         config.dedup.near, config.normalize),
+            config.parse_workers,
+        )
         strategy.bind(StoreContext(store, self._live_state))
 
     def _live_state(self, origin: str) -> OriginState | None:
@@ -139,6 +145,7 @@ class Crawler:
                 if follow is not None:
                     follow.cancel()
                 await self._drain()
+                self.pages.close()
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
         if not self.stats.stop_reason:
@@ -415,7 +422,7 @@ class Crawler:
             action.exit_code, action.detail = exc.exit_code, exc.detail
         else:
             crawler.response_times.append(resp.elapsed)
-            self._classify(crawler, action, resp)
+            await self._classify(crawler, action, resp)
         action.elapsed = time.monotonic() - started
         delay = delay_for(crawler, self.config.politeness)
         crawler.next_request_at = max(crawler.next_request_at, time.monotonic() + delay)
@@ -430,7 +437,9 @@ class Crawler:
             action.retry = True
         return action
 
-    def _classify(self, crawler: OriginCrawler, action: CrawlAction, resp: Response) -> None:
+    async def _classify(
+        self, crawler: OriginCrawler, action: CrawlAction, resp: Response
+    ) -> None:
         """Exit code and results from the HTTP status, headers and body."""
         status = resp.status
         action.http_status = status
@@ -475,32 +484,23 @@ class Crawler:
             if sitemaps.looks_like_sitemap(action.candidate.url, action.content_type, resp.body):
                 self._crawl_sitemap(action, resp)
         else:
-            self._crawl_page(action, resp)
+            await self._crawl_page(action, resp)
         if action.exit_code is not ExitCode.RATE_LIMITED and crawler.state.backoff_until:
             crawler.state.backoff_until = 0.0
 
-    def _crawl_page(self, action: CrawlAction, resp: Response) -> None:
+    async def _crawl_page(self, action: CrawlAction, resp: Response) -> None:
         """An HTML page: directives, canonical, duplicates, content and links."""
         url = action.candidate.url
-        page = parse_html(
-            resp.body, action.content_type, self.token,
-            self.config.limits.max_links_per_page, want_text=self.config.dedup.near,
-            max_bytes=self.config.limits.max_parse_size,
+        page = await self.pages.analyse(
+            url, resp.body, action.content_type, resp.headers.get("x-robots-tag", "")
         )
-        noindex, nofollow = robots_directives(resp.headers.get("x-robots-tag", ""), self.token)
-        noindex |= page.noindex
-        nofollow |= page.nofollow
-        base = normalize(page.base, url) if page.base else None
-        base = base or url
         if page.canonical:
-            canonical = normalize(page.canonical, base, self.config.normalize)
-            if canonical and canonical != url:
-                action.exit_code = ExitCode.NOT_CANONICAL
-                action.canonical = canonical
-                self._links(action, [Request(canonical, action.candidate.depth)])
-                return
+            action.exit_code = ExitCode.NOT_CANONICAL
+            action.canonical = page.canonical
+            self._links(action, [Request(page.canonical, action.candidate.depth)])
+            return
         action.content_hash = xxhash.xxh3_128_hexdigest(resp.body)
-        if noindex:
+        if page.noindex:
             action.exit_code = ExitCode.NOINDEX
         elif self.config.dedup.exact and (
             original := self.store.find_hash(action.content_hash, url)
@@ -509,7 +509,7 @@ class Crawler:
             action.duplicate_of = original
             if not self.config.dedup.follow_links_of_duplicates:
                 return
-        elif self.config.dedup.near and self._near_duplicate(action, page.text):
+        elif self.config.dedup.near and self._near_duplicate(action, page.near_signature):
             if not self.config.dedup.follow_links_of_duplicates:
                 return
         elif self.config.store_content:
@@ -518,30 +518,24 @@ class Crawler:
             StrategyResponse(self._request(action.candidate), resp.status, str(action.exit_code),
                              resp.headers, resp.body, page.title)
         )
-        if nofollow:
+        if page.nofollow:
             action.detail = "nofollow"
             return
         depth = action.candidate.depth + 1
-        seen: set[str] = set()
-        found: list[Request] = []
-        opts = self.config.normalize
-        for link in page.links:
-            if link.nofollow:
-                continue
-            target = normalize(link.href, base, opts)
-            if target is None or target in seen or target == url:
-                continue
-            seen.add(target)
-            if self.policy.in_scope(target):
-                found.append(Request(target, depth, meta={"anchor": link.text}))
+        in_scope = self.policy.in_scope
+        found = [
+            Request(target, depth, meta={"anchor": text})
+            for target, text in page.links
+            if in_scope(target)
+        ]
         self._links(action, found)
 
     def _request(self, candidate: Candidate) -> Request:
         return Request(candidate.url, candidate.depth, candidate.score, state=LinkState.QUEUED)
 
-    def _near_duplicate(self, action: CrawlAction, text: str) -> bool:
-        """Fingerprint the text (MinHash); a similar enough OK page makes this a duplicate."""
-        action.near_signature = dedup.signature(text)
+    def _near_duplicate(self, action: CrawlAction, signature: bytes | None) -> bool:
+        """A similar enough OK page (MinHash signature of the text) makes this a duplicate."""
+        action.near_signature = signature
         if action.near_signature is None:
             return False
         similar = self.store.find_similar(

@@ -1,0 +1,176 @@
+"""The page worker: the same analysis in a worker process as inline, and a worker's death."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from courtly.config import Normalize
+from courtly.pageworker import PageAnalysis, PageSettings, PageWorker, analyse_page
+from courtly.site import Page, html
+from tests.conftest import candidates, courtly, rows
+
+URL = "http://127.0.0.1:8000/dir/page.html"
+TEXT = " ".join(f"word{i}" for i in range(60))
+PAGES = [
+    html("Links", ["a.html", "./a.html#x", "../b?z=1&a=2", "/dir/page.html", "mailto:x@y.z",
+                   "http://other.example/"], f"<p>{TEXT}</p>"),
+    html("Nofollow", ["/x"], '<meta name="robots" content="nofollow">'),
+    html("Noindex", ["/y"], f'<meta name="robots" content="noindex"><p>{TEXT}</p>'),
+    html("Canonical", ["/z"], '<link rel="canonical" href="/other">'),
+    html("Self canonical", ["/z"], '<link rel="canonical" href="page.html">'),
+    html("Base", ["c.html"], '<base href="http://127.0.0.1:8000/elsewhere/">'),
+    "<a href=/r rel=nofollow>skipped</a><a href=/k>kept</a>",
+]
+
+
+def settings(near: bool = True) -> PageSettings:
+    return PageSettings("courtly", 5000, 4 * 1024 * 1024, near, Normalize())
+
+
+def test_analyse_page_resolves_filters_and_fingerprints() -> None:
+    page = analyse_page(settings(), URL, PAGES[0].encode(), "text/html", "")
+    assert page.title == "Links"
+    assert [url for url, _ in page.links] == [
+        "http://127.0.0.1:8000/dir/a.html", "http://127.0.0.1:8000/b?a=2&z=1",
+        "http://other.example/",  # out of scope: the crawler's policy drops it
+    ]
+    assert page.near_signature is not None and not page.noindex and page.canonical is None
+
+    nofollow = analyse_page(settings(), URL, PAGES[1].encode(), None, "")
+    assert nofollow.nofollow and nofollow.links == []
+    header = analyse_page(settings(), URL, PAGES[0].encode(), None, "courtly: noindex")
+    assert header.noindex and header.near_signature is None  # no near-duplicate check then
+    canonical = analyse_page(settings(), URL, PAGES[3].encode(), None, "")
+    assert canonical.canonical == "http://127.0.0.1:8000/other" and canonical.links == []
+    assert analyse_page(settings(), URL, PAGES[4].encode(), None, "").canonical is None
+    base = analyse_page(settings(), URL, PAGES[5].encode(), None, "")
+    assert base.links == [("http://127.0.0.1:8000/elsewhere/c.html", "c.html")]
+    rel = analyse_page(settings(near=False), URL, PAGES[6].encode(), None, "")
+    assert rel.links == [("http://127.0.0.1:8000/k", "kept")] and rel.near_signature is None
+
+
+async def _analyse_all(worker: PageWorker) -> list[PageAnalysis]:
+    return list(await asyncio.gather(
+        *(worker.analyse(URL, page.encode(), "text/html", "") for page in PAGES * 5)
+    ))
+
+
+def test_worker_process_gives_the_inline_analysis() -> None:
+    inline = asyncio.run(_analyse_all(PageWorker(settings(), 0)))
+
+    async def in_worker() -> tuple[list[PageAnalysis], int | None]:
+        worker = PageWorker(settings(), 1)
+        try:
+            results = await _analyse_all(worker)
+            conn = worker._conn
+            assert conn is not None and conn.proc.poll() is None
+            proc = conn.proc
+        finally:
+            worker.close()
+        return results, proc.poll()
+
+    results, status = asyncio.run(in_worker())
+    assert results == inline
+    assert status is not None  # closing reaps the worker
+
+
+def test_a_killed_worker_is_replaced_and_its_pages_are_analysed_inline() -> None:
+    expected = analyse_page(settings(), URL, PAGES[0].encode(), "text/html", "")
+
+    async def run() -> None:
+        worker = PageWorker(settings(), 1)
+        try:
+            for _ in range(3):
+                assert await worker.analyse(URL, PAGES[0].encode(), "text/html", "") == expected
+                conn = worker._conn
+                assert conn is not None
+                conn.proc.kill()
+                # pages in flight when it dies, and after, still get their analysis
+                results = await asyncio.gather(
+                    *(worker.analyse(URL, PAGES[0].encode(), "text/html", "") for _ in range(5))
+                )
+                assert results == [expected] * 5
+                assert conn.proc.poll() is not None  # reaped
+            assert worker.restarts == 3
+        finally:
+            worker.close()
+
+    asyncio.run(run())
+
+
+def test_the_worker_exits_when_the_crawler_is_killed(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import asyncio, sys, time
+        sys.path[:0] = {sys.path!r}
+        from courtly.config import Normalize
+        from courtly.pageworker import PageSettings, PageWorker
+
+        async def main():
+            worker = PageWorker(PageSettings("courtly", 10, 1000, True, Normalize()), 1)
+            await worker.analyse("http://a.test/", b"<a href=x>x</a>", None, "")
+            print(worker._conn.proc.pid, flush=True)
+            time.sleep(60)
+
+        asyncio.run(main())
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return  # it exited (and init reaped it)
+        if _zombie(child):
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the page worker outlived the crawler")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except (OSError, IndexError):
+        return False
+
+
+def test_a_crawl_gives_the_same_results_with_and_without_worker(serve, tmp_path: Path) -> None:
+    site = serve({"one": {
+        "/": Page(html("Home", ["/a", "/b#f", "/c?b=2&a=1", "/nf", "/hidden", "/print"])),
+        "/a": Page(html("A", ["/", "b", "/deep/1"], f"<p>{TEXT}</p>")),
+        "/b": Page(html("B", ["/a"], f"<p>{TEXT}</p>")),  # a near duplicate of /a
+        "/c?a=1&b=2": Page(html("C", ["/a"])),
+        "/deep/1": Page(html("Deep", ["../a", "2"])),
+        "/deep/2": Page(html("Deep 2", [])),
+        "/nf": Page(html("NF", ["/nf-child"], '<meta name="robots" content="nofollow">')),
+        "/hidden": Page(html("Hidden", ["/from-hidden"], '<meta name="robots" content="noindex">')),
+        "/from-hidden": Page(html("From hidden", [])),
+        "/print": Page(html("Print", ["/print-only"], '<link rel="canonical" href="/a">')),
+    }})
+    one = site.origins["one"]
+    results = []
+    for workers in (0, 1):
+        config = tmp_path / f"w{workers}.toml"
+        config.write_text(f"parse_workers = {workers}\n")
+        db = tmp_path / f"w{workers}.db"
+        run = courtly("crawl", one + "/", "--db", db, "--min-delay", "0", "--config", config)
+        assert run.status == 0, run.err
+        assert "Traceback" not in run.err and "page worker" not in run.err
+        codes = {url: c["exit_code"] for url, c in candidates(db).items()}
+        details = rows(db, "SELECT url, exit_code, detail FROM crawl_log ORDER BY url")
+        results.append((codes, details))
+    assert results[0] == results[1]
+    codes = results[1][0]
+    assert codes[one + "/b"] == "DUPLICATE_CONTENT" and codes[one + "/print"] == "NOT_CANONICAL"
+    assert one + "/nf-child" not in codes and one + "/deep/2" in codes
