@@ -152,7 +152,7 @@ def courtly_works() -> bool:
 
 COURTLY_TOML = """\
 progress = "off"
-
+{lean}
 [politeness]
 # the site's robots.txt says Crawl-delay: 5; politeness is off for the benchmark, so clamp it to 0
 max_crawl_delay = 0
@@ -162,6 +162,11 @@ crawl_delay_above_cap = "clamp"
 # the synthetic web is on 127.0.0.1
 allow_private_addresses = true
 """
+
+
+#: --lean: courtly doing what Scrapy does and no more (no content kept, no duplicate detection)
+LEAN_TOML = "store_content = false\n[dedup]\nexact = false\nnear = false\n"
+LEAN = False
 
 
 @dataclass
@@ -179,7 +184,7 @@ def run_courtly(seeds: list[str], work: Path, tag: str, concurrency: int, timeou
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     toml = work / "crawl.toml"
-    toml.write_text(COURTLY_TOML)
+    toml.write_text(COURTLY_TOML.format(lean=LEAN_TOML if LEAN else ""))
     cmd = [str(COURTLY), "crawl", *seeds, "--db", str(db), "--min-delay", str(min_delay),
            "--concurrency", str(concurrency), "--config", str(toml)]
     if max_actions:
@@ -539,6 +544,8 @@ def main() -> None:
     ap.add_argument("--base-port", type=int, default=18001)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--lean", action="store_true",
+                    help="courtly without content storage and duplicate detection (Scrapy's work)")
     ap.add_argument("--only", choices=["scrapy", "courtly"])
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per crawl")
     ap.add_argument("--politeness", nargs=2, metavar=("H", "D"),
@@ -548,6 +555,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=CACHE / "last-results.json")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (dbs, logs)")
     args = ap.parse_args()
+    global LEAN
+    LEAN = args.lean
     # SIGTERM unwinds like Ctrl-C, so nginx and the running crawler are stopped too
     signal.signal(signal.SIGTERM, _terminate)
 
