@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -70,7 +71,16 @@ def build(path: Path, n: int, live: list[str]) -> None:
 
 
 def measure_store(path: Path, n: int) -> dict[str, float]:
-    """Fill-todo latency and link-insert throughput on a copy-free open of the database."""
+    """Fill-todo latency and link-insert throughput, on a fresh copy of the built database."""
+    copy = path.with_suffix(".measure.db")
+    shutil.copyfile(path, copy)
+    try:
+        return _measure_store(copy, n)
+    finally:
+        copy.unlink()
+
+
+def _measure_store(path: Path, n: int) -> dict[str, float]:
     store = SqliteStore(str(path))
     run = store.begin_run()
     origins = [fake(i) for i in range(200)]
@@ -96,7 +106,16 @@ def measure_store(path: Path, n: int) -> dict[str, float]:
 
 
 def measure_resume(path: Path, site: LocalSite) -> dict[str, float]:
-    """Start `courtly crawl` on the database: time to first request and peak RSS."""
+    """Start `courtly crawl` on a fresh copy of the database: time to first request, peak RSS."""
+    copy = path.with_suffix(".resume.db")
+    shutil.copyfile(path, copy)
+    try:
+        return _measure_resume(copy, site)
+    finally:
+        copy.unlink()
+
+
+def _measure_resume(path: Path, site: LocalSite) -> dict[str, float]:
     first_hit = len(site.hits)
     started = time.monotonic()
     proc = subprocess.Popen(

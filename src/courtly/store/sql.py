@@ -237,9 +237,13 @@ class SqlStore:
         keys = dedup.band_keys(signature)
         marks = ", ".join("?" * len(keys))
         rows = self._x(
-            "SELECT DISTINCT c.id, c.url, n.signature FROM near_dup_keys k "
-            "JOIN candidates c ON c.id = k.candidate JOIN near_dup n ON n.candidate = k.candidate "
-            f"WHERE k.key IN ({marks}) AND c.url <> ? AND c.exit_code = 'OK' LIMIT 500",
+            # the keys first (index), then each page by primary key: a planner must not start
+            # from candidates (PostgreSQL did, 5 ms a page at 400 pages)
+            "SELECT c.id, c.url, n.signature FROM (SELECT DISTINCT candidate FROM near_dup_keys "
+            f"WHERE key IN ({marks}) LIMIT 500) hits "
+            "JOIN candidates c ON c.id = hits.candidate "
+            "JOIN near_dup n ON n.candidate = hits.candidate "
+            "WHERE c.url <> ? AND c.exit_code = 'OK'",
             (*keys, url),
         ).fetchall()
         best: tuple[str, float] | None = None
