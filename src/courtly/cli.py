@@ -47,6 +47,27 @@ def config_options(func: F) -> F:
     return func
 
 
+def crawl_options(func: F) -> F:
+    """The options of a crawl run, shared by `crawl` and `worker`."""
+    options = [
+        click.option("--max-actions", type=int, help="Stop after this many crawl actions."),
+        click.option(
+            "--min-delay", type=float, help="Minimum seconds between requests to one origin."
+        ),
+        click.option("--concurrency", type=int, help="Origins crawled at once."),
+        click.option(
+            "--force-recrawl", is_flag=True, default=None, help="Treat every URL as due."
+        ),
+        click.option(
+            "--progress", type=click.Choice(["auto", "live", "log", "off"]),
+            help="Progress display.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def build_config(config_path: str | None, **flags: Any) -> CrawlConfig:
     """Load the config file and apply the flags, or exit 2 with the reason."""
     try:
@@ -131,13 +152,7 @@ def main(verbose: int) -> None:
 @main.command()
 @click.argument("seeds", nargs=-1)
 @config_options
-@click.option("--max-actions", type=int, help="Stop after this many crawl actions.")
-@click.option("--min-delay", type=float, help="Minimum seconds between requests to one origin.")
-@click.option("--concurrency", type=int, help="Origins crawled at once.")
-@click.option("--force-recrawl", is_flag=True, default=None, help="Treat every URL as due.")
-@click.option(
-    "--progress", type=click.Choice(["auto", "live", "log", "off"]), help="Progress display."
-)
+@crawl_options
 def crawl(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> None:
     """Crawl the seeds' origins (with no seeds: resume the crawl in --db)."""
     config = build_config(config_path, seeds=seeds, **flags)
@@ -200,13 +215,7 @@ def _install_uvloop() -> None:
 
 @main.command()
 @config_options
-@click.option("--max-actions", type=int, help="Stop after this many crawl actions.")
-@click.option("--min-delay", type=float, help="Minimum seconds between requests to one origin.")
-@click.option("--concurrency", type=int, help="Origins crawled at once.")
-@click.option("--force-recrawl", is_flag=True, default=None, help="Treat every URL as due.")
-@click.option(
-    "--progress", type=click.Choice(["auto", "live", "log", "off"]), help="Progress display."
-)
+@crawl_options
 @click.option("--continuous", is_flag=True, help="Keep waiting for new work instead of exiting.")
 def worker(config_path: str | None, continuous: bool, **flags: Any) -> None:
     """Join the crawl in a postgresql:// database as one worker of the fleet."""

@@ -18,7 +18,7 @@ from urllib.parse import unquote_plus
 
 import re2
 
-from courtly.urls import host_of, origin_of, registered_domain
+from courtly.urls import glob_to_regex, host_of, origin_of, registered_domain
 
 if TYPE_CHECKING:
     from courtly.config import Policies, QueryParameters, Traps
@@ -46,26 +46,6 @@ class Verdict:
 ALLOWED = Verdict(True, "allowed")
 
 
-def _glob_body(glob: str) -> str:
-    """Translate a glob (*, ?, [seq], [!seq]) into an RE2 regex body (no anchors)."""
-    out: list[str] = []
-    i, n = 0, len(glob)
-    while i < n:
-        char = glob[i]
-        i += 1
-        if char == "*":
-            out.append(".*")
-        elif char == "?":
-            out.append(".")
-        elif char == "[" and (end := glob.find("]", i + 1)) > 0:
-            body = glob[i:end].replace("\\", "\\\\")
-            i = end + 1
-            out.append("[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
-        else:
-            out.append(re2.escape(char))
-    return "".join(out)
-
-
 def compile_pattern(pattern: str) -> tuple[str, bool]:
     """Translate one pattern to (RE2 regex matched from the start of the URL, is_literal).
 
@@ -80,7 +60,7 @@ def compile_pattern(pattern: str) -> tuple[str, bool]:
         regex = (_AUTHORITY if body.startswith("/") else ".*?") + "(?:" + body + ")"
     elif pattern.startswith("glob:"):
         body = pattern[5:]
-        regex = (_AUTHORITY if body.startswith("/") else "") + _glob_body(body) + "$"
+        regex = (_AUTHORITY if body.startswith("/") else "") + glob_to_regex(body) + "$"
     else:
         body, literal = pattern, True
         regex = (_AUTHORITY if body.startswith("/") else "") + re2.escape(body)

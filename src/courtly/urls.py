@@ -44,20 +44,26 @@ def _fix_escape(match: re.Match[str]) -> str:
     return _ESCAPES[match.group()]
 
 
-def _glob_to_regex(pattern: str) -> str:
-    """Translate a parameter-name glob (*, ?, [seq], [!seq]) to a regex that stays in one name."""
+def glob_to_regex(glob: str, stay_within: str = "") -> str:
+    """Translate a glob (*, ?, [seq], [!seq]) into a regex body (no anchors, valid for RE2 too).
+
+    Wildcards never match the characters of `stay_within` (e.g. "&=" keeps a parameter-name glob
+    inside one name).
+    """
+    anything = f"[^{re.escape(stay_within)}]" if stay_within else "."
     out: list[str] = []
     i = 0
-    while i < len(pattern):
-        char = pattern[i]
+    while i < len(glob):
+        char = glob[i]
         i += 1
         if char == "*":
-            out.append("[^&=]*")
+            out.append(anything + "*")
         elif char == "?":
-            out.append("[^&=]")
-        elif char == "[" and (end := pattern.find("]", i + 1)) > 0:
-            body = pattern[i:end].replace("\\", "\\\\")
-            out.append("[^&=" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
+            out.append(anything)
+        elif char == "[" and (end := glob.find("]", i + 1)) > 0:
+            body = glob[i:end].replace("\\", "\\\\")
+            negated = body.startswith("!")
+            out.append(f"[^{re.escape(stay_within)}{body[1:]}]" if negated else f"[{body}]")
             i = end + 1
         else:
             out.append(re.escape(char))
@@ -78,7 +84,8 @@ def _param_remover(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
     if not patterns:
         return None
     names = "|".join(
-        _glob_to_regex(p) if _compiles(_glob_to_regex(p)) else re.escape(p) for p in patterns
+        glob_to_regex(p, "&=") if _compiles(glob_to_regex(p, "&=")) else re.escape(p)
+        for p in patterns
     )
     return re.compile(f"(?:^|&)(?:{names})(?:=[^&]*)?(?=&|$)", re.IGNORECASE)
 
