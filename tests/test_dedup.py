@@ -59,7 +59,7 @@ def test_exact_and_near_duplicates_are_found(serve, db: Path) -> None:
     assert cands[a + "/article"]["exit_code"] == "OK"
     assert cands[a + "/copy"]["exit_code"] == "DUPLICATE_CONTENT"
     assert cands[a + "/copy"]["duplicate_of"] == a + "/article"
-    assert cands[a + "/copy"]["detail"] is None  # exact: same body fingerprint
+    assert cands[a + "/copy"]["detail"] == f"exact duplicate of {a}/article"  # same body
     assert cands[a + "/near"]["exit_code"] == "DUPLICATE_CONTENT"
     assert cands[a + "/near"]["duplicate_of"] == a + "/article"
     assert cands[a + "/near"]["detail"].startswith("near-duplicate: similarity 0.")

@@ -507,6 +507,7 @@ class Crawler:
         ):
             action.exit_code = ExitCode.DUPLICATE_CONTENT
             action.duplicate_of = original
+            action.detail = f"exact duplicate of {original}"
             if not self.config.dedup.follow_links_of_duplicates:
                 return
         elif self.config.dedup.near and self._near_duplicate(action, page.near_signature):
