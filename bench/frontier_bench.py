@@ -25,6 +25,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from courtly.model import Link
@@ -70,17 +72,20 @@ def build(path: Path, n: int, live: list[str]) -> None:
     tmp.rename(path)
 
 
-def measure_store(path: Path, n: int) -> dict[str, float]:
-    """Fill-todo latency and link-insert throughput, on a fresh copy of the built database."""
-    copy = path.with_suffix(".measure.db")
+@contextmanager
+def fresh_copy(path: Path) -> Iterator[Path]:
+    """A throw-away copy of a built database, so every measurement starts from the same state."""
+    copy = path.with_suffix(".copy.db")
     shutil.copyfile(path, copy)
     try:
-        return _measure_store(copy, n)
+        yield copy
     finally:
-        copy.unlink()
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(copy) + suffix).unlink(missing_ok=True)
 
 
-def _measure_store(path: Path, n: int) -> dict[str, float]:
+def measure_store(path: Path, n: int) -> dict[str, float]:
+    """Fill-todo latency and link-insert throughput (on a fresh copy)."""
     store = SqliteStore(str(path))
     run = store.begin_run()
     origins = [fake(i) for i in range(200)]
@@ -106,16 +111,7 @@ def _measure_store(path: Path, n: int) -> dict[str, float]:
 
 
 def measure_resume(path: Path, site: LocalSite) -> dict[str, float]:
-    """Start `courtly crawl` on a fresh copy of the database: time to first request, peak RSS."""
-    copy = path.with_suffix(".resume.db")
-    shutil.copyfile(path, copy)
-    try:
-        return _measure_resume(copy, site)
-    finally:
-        copy.unlink()
-
-
-def _measure_resume(path: Path, site: LocalSite) -> dict[str, float]:
+    """Start `courtly crawl` on the database (a fresh copy): time to first request, peak RSS."""
     first_hit = len(site.hits)
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -157,8 +153,10 @@ def main() -> None:
             build(path, n, live)
             built = time.monotonic() - t0
             row = {"n": n, "build_s": built, "db_mb": path.stat().st_size / 1e6}
-            row |= measure_store(path, n)
-            row |= measure_resume(path, site)
+            with fresh_copy(path) as copy:
+                row |= measure_store(copy, n)
+            with fresh_copy(path) as copy:
+                row |= measure_resume(copy, site)
             results[n] = row
             print(json.dumps(row), flush=True)
     print()

@@ -13,11 +13,12 @@ import asyncio
 import functools
 import socket
 import struct
-import threading
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+
+from courtly.site import BackgroundServer
 
 
 @dataclass
@@ -216,7 +217,7 @@ async def close_at_once(conn: Conn, req: Request) -> None:
 
 # -- the server --------------------------------------------------------------------------------
 @dataclass
-class HostileServer:
+class HostileServer(BackgroundServer):
     """Serves {origin name: fault} on 127.0.0.1, one port per origin, in a background thread."""
 
     faults: Mapping[str, Fault]
@@ -224,24 +225,9 @@ class HostileServer:
     hits: list[HostileHit] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._servers: list[asyncio.Server] = []
         self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
-
-    def __enter__(self) -> HostileServer:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    def url(self, name: str, path: str = "/") -> str:
-        """Absolute URL of a path on a named origin."""
-        return self.origins[name] + path
+        self._open_loop()
 
     def hits_for(self, name: str, robots: bool = False) -> list[HostileHit]:
         """Requests to one origin in arrival order (robots.txt left out unless asked)."""

@@ -8,7 +8,8 @@ import io
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -108,14 +109,21 @@ def db_exists(db: str) -> bool:
         fail(str(exc), 1)
 
 
-def open_db(db: str, must_exist: bool = False) -> Store:
-    """Open the crawl database or exit with one line."""
+@contextmanager
+def crawl_db(db: str, must_exist: bool = False) -> Iterator[Store]:
+    """The open crawl database; a database failure is one line and exit status 1."""
     if must_exist and not db_exists(db):
         fail(f"no crawl database at {db}")
     try:
-        return open_store(db)
+        store = open_store(db)
     except StoreError as exc:
         fail(str(exc), 1)
+    try:
+        yield store
+    except StoreError as exc:
+        fail(str(exc), 1)
+    finally:
+        store.close()
 
 
 def inject_seeds(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
@@ -159,13 +167,8 @@ def crawl(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> None
     seed_urls = read_seeds(config)
     if not seed_urls and not db_exists(config.db):
         fail(f"no seeds given and no crawl database at {config.db} to resume")
-    store = open_db(config.db)
-    try:
+    with crawl_db(config.db) as store:
         status = _crawl(store, config, seed_urls)
-    except StoreError as exc:
-        fail(str(exc), 1)
-    finally:
-        store.close()
     sys.exit(status)
 
 
@@ -223,13 +226,8 @@ def worker(config_path: str | None, continuous: bool, **flags: Any) -> None:
     if "://" not in config.db:
         fail("courtly worker needs a shared database: --db postgresql://…")
     seed_urls = read_seeds(config)
-    store = open_db(config.db)
-    try:
+    with crawl_db(config.db) as store:
         status = _crawl(store, config, seed_urls, continuous)
-    except StoreError as exc:
-        fail(str(exc), 1)
-    finally:
-        store.close()
     sys.exit(status)
 
 
@@ -242,13 +240,8 @@ def add_seeds(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> 
     seed_urls = read_seeds(config)
     if not seed_urls:
         fail("no seeds given")
-    store = open_db(config.db)
-    try:
+    with crawl_db(config.db) as store:
         added = inject_seeds(store, config, seed_urls)
-    except StoreError as exc:
-        fail(str(exc), 1)
-    finally:
-        store.close()
     click.echo(f"{added} new crawl candidates from {len(seed_urls)} seeds in {config.db}")
 
 
@@ -260,26 +253,23 @@ def export(db: str | None, fmt: str, out: str | None) -> None:
     """One record per crawl candidate."""
     from courtly.store.sql import EXPORT_COLUMNS
 
-    store = open_db(db or CrawlConfig().db, must_exist=True)
-    try:
-        stream = open(out, "w", encoding="utf-8", newline="") if out else sys.stdout  # noqa: SIM115
-    except OSError as exc:
-        fail(f"cannot write {out}: {exc.strerror}")
-    try:
-        if fmt == "csv":
-            writer = csv.DictWriter(stream, fieldnames=list(EXPORT_COLUMNS))
-            writer.writeheader()
-            for record in store.export():
-                writer.writerow(record)
-        else:
-            for record in store.export():
-                stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-    except StoreError as exc:
-        fail(str(exc), 1)
-    finally:
-        if out:
-            stream.close()
-        store.close()
+    with crawl_db(db or CrawlConfig().db, must_exist=True) as store:
+        try:
+            stream = open(out, "w", encoding="utf-8", newline="") if out else sys.stdout  # noqa: SIM115
+        except OSError as exc:
+            fail(f"cannot write {out}: {exc.strerror}")
+        try:
+            if fmt == "csv":
+                writer = csv.DictWriter(stream, fieldnames=list(EXPORT_COLUMNS))
+                writer.writeheader()
+                for record in store.export():
+                    writer.writerow(record)
+            else:
+                for record in store.export():
+                    stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+        finally:
+            if out:
+                stream.close()
 
 
 @main.command()
@@ -289,13 +279,8 @@ def stats(db: str | None, as_json: bool) -> None:
     """Counts by link state, exit code and origin."""
     from courtly.progress import print_stats
 
-    store = open_db(db or CrawlConfig().db, must_exist=True)
-    try:
+    with crawl_db(db or CrawlConfig().db, must_exist=True) as store:
         data = store.stats()
-    except StoreError as exc:
-        fail(str(exc), 1)
-    finally:
-        store.close()
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
@@ -325,15 +310,10 @@ def check(url: str, config_path: str | None, db: str | None) -> None:
     from courtly.explain import explain_url
 
     config = build_config(config_path, db=db)
-    store = None
-    if "://" in config.db or Path(config.db).exists():
-        store = open_db(config.db)
-    try:
-        lines = explain_url(url, config, store)
-    except StoreError as exc:
-        fail(str(exc), 1)
-    finally:
-        if store is not None:
-            store.close()
+    if db_exists(config.db):
+        with crawl_db(config.db) as store:
+            lines = explain_url(url, config, store)
+    else:
+        lines = explain_url(url, config, None)
     for label, value in lines:
         click.echo(f"{label:>11}: {value}")

@@ -529,7 +529,7 @@ class Crawler:
             for target, text in page.links
             if in_scope(target)
         ]
-        self._links(action, found)
+        self._links(action, found, vetted=True)
 
     def _request(self, candidate: Candidate) -> Request:
         return Request(candidate.url, candidate.depth, candidate.score, state=LinkState.QUEUED)
@@ -564,21 +564,29 @@ class Crawler:
             target = normalize(loc, action.candidate.url, self.config.normalize)
             if target is not None and self.policy.in_scope(target):
                 found.append(Request(target, depth, meta=dict(meta)))
-        self._links(action, found)
+        self._links(action, found, vetted=True)
 
-    def _links(self, action: CrawlAction, links: list[Request]) -> None:
-        """Pass links through the strategy; what it schedules in scope becomes candidates."""
+    def _links(self, action: CrawlAction, links: list[Request], vetted: bool = False) -> None:
+        """Pass links through the strategy; what it schedules in scope becomes candidates.
+
+        vetted: the links are already normalized and in scope (not checked a second time).
+        """
         request = self._request(action.candidate)
         kept = self.strategy.filter_extracted_links(request, links)
         self.strategy.refresh_states(kept)
         self.strategy.links_extracted(request, kept)
-        action.links.extend(self._scheduled_links())
+        action.links.extend(self._scheduled_links({r.url for r in links} if vetted else set()))
 
-    def _scheduled_links(self) -> list[Link]:
+    def _scheduled_links(self, vetted: set[str] | None = None) -> list[Link]:
         out = []
         for item in self.strategy.take_scheduled():
-            url = normalize(item.request.url, None, self.config.normalize)
-            if url is None or item.dont_queue or not self.policy.in_scope(url):
+            url = item.request.url
+            if url not in (vetted or ()):
+                normalized = normalize(url, None, self.config.normalize)
+                if normalized is None or not self.policy.in_scope(normalized):
+                    continue
+                url = normalized
+            if item.dont_queue:
                 continue
             origin = origin_of(url)
             out.append(Link(url, origin, item.request.depth, item.score))

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Self
 
 from aiohttp import web
 
@@ -40,22 +41,25 @@ class Hit:
     headers: dict[str, str]
 
 
-class LocalSite:
-    """Serves {origin name: {path: Page | Handler}} on 127.0.0.1, one port per origin."""
+class BackgroundServer:
+    """Servers on 127.0.0.1 run by an event loop in a daemon thread; `with` starts and stops them.
 
-    def __init__(
-        self, sites: Mapping[str, Mapping[str, Page | Handler]], first_port: int = 0
-    ) -> None:
-        self.sites = sites
-        self.first_port = first_port
-        self.origins: dict[str, str] = {}  # name -> "http://127.0.0.1:PORT"
-        self.hits: list[Hit] = []
-        self._counts: dict[tuple[str, str], int] = {}
+    Subclasses set `self.origins` (name → "http://127.0.0.1:PORT") in `_start`.
+    """
+
+    origins: dict[str, str]
+
+    def _open_loop(self) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runners: list[web.AppRunner] = []
 
-    def __enter__(self) -> LocalSite:
+    async def _start(self) -> None:
+        raise NotImplementedError
+
+    async def _stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
         return self
@@ -68,6 +72,21 @@ class LocalSite:
     def url(self, name: str, path: str = "/") -> str:
         """Absolute URL of a path on a named origin."""
         return self.origins[name] + path
+
+
+class LocalSite(BackgroundServer):
+    """Serves {origin name: {path: Page | Handler}} on 127.0.0.1, one port per origin."""
+
+    def __init__(
+        self, sites: Mapping[str, Mapping[str, Page | Handler]], first_port: int = 0
+    ) -> None:
+        self.sites = sites
+        self.first_port = first_port
+        self.origins: dict[str, str] = {}  # name -> "http://127.0.0.1:PORT"
+        self.hits: list[Hit] = []
+        self._counts: dict[tuple[str, str], int] = {}
+        self._runners: list[web.AppRunner] = []
+        self._open_loop()
 
     def hits_for(self, name: str) -> list[Hit]:
         """Requests that reached one origin, in arrival order."""

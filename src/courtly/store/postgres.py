@@ -181,19 +181,11 @@ class PostgresStore(SqlStore):
         if self._in_tx:  # nested: part of the enclosing transaction
             yield
             return
-        while True:
-            conn = self._live()
-            try:
-                conn.execute("BEGIN")
-                break
-            except psycopg.OperationalError as exc:
-                if not conn.broken:
-                    raise StoreError(_explain(exc, self.path)) from None
-                log.warning("database %s: connection lost (%s), reconnecting",
-                            self.path, _first_line(exc))
-                self._conn = None
-            except psycopg.Error as exc:
-                raise StoreError(_explain(exc, self.path)) from None
+        def begin(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+            conn.execute("BEGIN")
+            return conn
+
+        conn: psycopg.Connection[Any] = self._retrying(begin)  # reconnects at BEGIN if lost
         self._in_tx = True
         try:
             yield
