@@ -340,9 +340,11 @@ def big_site(pages: int = 80) -> Any:
 def test_a_full_disk_stops_cleanly_with_one_line_and_resumes(db: Path) -> None:
     """SIMULATED full disk: SQLite's max_page_count (a hidden test knob) makes writes fail
     with SQLITE_FULL, the error a full disk gives."""
+    strict = db.parent / "strict.toml"  # every action committed: the ones before the disk
+    strict.write_text("commit_interval = 0\n")  # filled up stay (group commit loses its window)
     with HostileServer({"big": big_site()}) as srv:
         proc = courtly_process("crawl", srv.url("big"), "--db", db, "--min-delay", "0",
-                               "--progress", "off",
+                               "--progress", "off", "--config", strict,
                                env={"COURTLY_TEST_SQLITE_PRAGMAS": "max_page_count=400"})
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 1, err

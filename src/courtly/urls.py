@@ -177,7 +177,13 @@ def _scheme_host_port(url: str) -> tuple[str, str, str]:
 
 def origin_of(url: str) -> str:
     """Return "scheme://host:port" with the port always explicit; ValueError if not http(s)."""
-    scheme, host, port = _scheme_host_port(url)
+    slash = url.find("/", url.find("://") + 3)  # the origin depends on what precedes this
+    return _origin_of_prefix(url[:slash] if slash > 0 else url)
+
+
+@functools.lru_cache(maxsize=4096)
+def _origin_of_prefix(prefix: str) -> str:
+    scheme, host, port = _scheme_host_port(prefix)
     return f"{scheme}://{host}:{port}"
 
 

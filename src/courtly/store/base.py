@@ -59,7 +59,10 @@ class Store(Protocol):
         ...
 
     def take_todo(self, origin: str, run: int, limit: int, now: float) -> list[Candidate]:
-        """Take candidates that are new or due and not taken this run, best score first."""
+        """Candidates to retry, new ones best score first, then due ones not crawled this run.
+
+        Read only: the caller takes again only after recording all it took before.
+        """
         ...
 
     def record(self, action: CrawlAction, run: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -13,6 +15,7 @@ from courtly import clock, dedup
 from courtly.model import COMPLETED, Candidate, CrawlAction, Link, LinkState
 from courtly.store.base import OriginState, StoreError
 from courtly.store.schema import MIGRATIONS
+from courtly.store.seen import SeenCache
 
 EXPORT_COLUMNS = (
     "url", "origin", "state", "exit_code", "http_status", "last_crawl", "next_due",
@@ -60,6 +63,21 @@ class SqlStore:
     def flush(self) -> None:
         """Commit writes held back by group commit (backends without it commit at once)."""
 
+    @functools.cached_property
+    def seen(self) -> SeenCache:
+        """Link states of recent URLs, kept in step with this store's own writes."""
+        return SeenCache()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        """One atomic write (`_tx`); a failed one also empties the seen cache."""
+        try:
+            with self._tx():
+                yield
+        except StoreError:
+            self.seen.clear()
+            raise
+
     # -- schema --------------------------------------------------------------------------
     def _migrate(self) -> None:
         with self._tx():
@@ -96,10 +114,13 @@ class SqlStore:
     def add_links(self, links: list[Link]) -> int:
         if not links:
             return 0
-        with self._tx():
+        with self._write():
             return self._insert_links(links)
 
     def _insert_links(self, links: list[Link]) -> int:
+        links = self.seen.new_links(links)  # the upserts that could change something
+        if not links:
+            return 0
         return self._xmany(
             "INSERT INTO candidates (url, origin, depth, score) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (url) DO UPDATE SET score = excluded.score "
@@ -132,39 +153,39 @@ class SqlStore:
 
     # -- the frontier --------------------------------------------------------------------
     def take_todo(self, origin: str, run: int, limit: int, now: float) -> list[Candidate]:
+        """Read the next candidates; nothing is written (docs/crawl-loop.md, the todo list).
+
+        An origin refills its todo list only when the list is empty, that is when every URL it
+        took before has been recorded: what is still NOT_CRAWLED, QUEUED or due is not taken.
+        """
         cols = (
             "id, url, depth, score, etag, last_modified, content_hash, attempts, "
             "recrawl_interval, exit_code"
         )
-        with self._tx():
-            rows = self._x(
-                f"SELECT {cols} FROM candidates WHERE origin = ? AND state = 'QUEUED' "
-                "AND (taken_run IS NULL OR taken_run <> ?) LIMIT ?",
-                (origin, run, limit),
+        rows = self._x(
+            f"SELECT {cols} FROM candidates WHERE origin = ? AND state = 'QUEUED' "
+            "AND (taken_run IS NULL OR taken_run <> ?) LIMIT ?",
+            (origin, run, limit),
+        ).fetchall()
+        if len(rows) < limit:
+            rows += self._x(
+                f"SELECT {cols} FROM candidates WHERE origin = ? AND state = 'NOT_CRAWLED' "
+                "ORDER BY score DESC, id LIMIT ?",
+                (origin, limit - len(rows)),
             ).fetchall()
-            if len(rows) < limit:
-                rows += self._x(
-                    f"SELECT {cols} FROM candidates WHERE origin = ? AND state = 'NOT_CRAWLED' "
-                    "ORDER BY score DESC, id LIMIT ?",
-                    (origin, limit - len(rows)),
-                ).fetchall()
-            if len(rows) < limit:
-                rows += self._x(
-                    f"SELECT {cols} FROM candidates WHERE origin = ? "
-                    "AND state IN ('CRAWLED', 'ERROR') AND next_due <= ? "
-                    "AND (taken_run IS NULL OR taken_run <> ?) ORDER BY next_due LIMIT ?",
-                    (origin, now, run, limit - len(rows)),
-                ).fetchall()
-            self._xmany(
-                "UPDATE candidates SET state = 'QUEUED', taken_run = ? WHERE id = ?",
-                [(run, r[0]) for r in rows],
-            )
+        if len(rows) < limit:
+            rows += self._x(
+                f"SELECT {cols} FROM candidates WHERE origin = ? "
+                "AND state IN ('CRAWLED', 'ERROR') AND next_due <= ? "
+                "AND (taken_run IS NULL OR taken_run <> ?) ORDER BY next_due LIMIT ?",
+                (origin, now, run, limit - len(rows)),
+            ).fetchall()
         return [Candidate(*r) for r in rows]
 
     def record(self, action: CrawlAction, run: int) -> None:
         c = action.candidate
         state = state_after(action)
-        with self._tx():
+        with self._write():
             self._x(
                 "INSERT INTO crawl_log (run, url, origin, started, elapsed, exit_code, "
                 "http_status, content_type, content_length, detail, worker) "
@@ -182,13 +203,13 @@ class SqlStore:
                 )
             else:
                 self._x(
-                    "UPDATE candidates SET state = ?, attempts = 0, last_crawl = ?, "
-                    "next_due = ?, exit_code = ?, http_status = ?, "
+                    "UPDATE candidates SET state = ?, taken_run = ?, attempts = 0, "
+                    "last_crawl = ?, next_due = ?, exit_code = ?, http_status = ?, "
                     "etag = COALESCE(?, etag), last_modified = COALESCE(?, last_modified), "
                     "content_hash = COALESCE(?, content_hash), content_type = ?, "
                     "content_length = ?, redirect_target = ?, canonical = ?, duplicate_of = ?, "
                     "detail = ?, recrawl_interval = ? WHERE id = ?",
-                    (str(state), action.started, action.next_due, str(action.exit_code),
+                    (str(state), run, action.started, action.next_due, str(action.exit_code),
                      action.http_status, action.etag, action.last_modified,
                      action.content_hash, action.content_type, action.content_length,
                      action.redirect_target, action.canonical, action.duplicate_of,
@@ -213,6 +234,7 @@ class SqlStore:
                 )
             if action.links:
                 self._insert_links(action.links)
+        self.seen.put(c.url, state)
 
     def _save_signature(self, candidate: int, signature: bytes) -> None:
         """Store a page's MinHash signature and its band keys (in the caller's transaction)."""
@@ -255,14 +277,24 @@ class SqlStore:
 
     def states(self, urls: list[str]) -> dict[str, LinkState]:
         out: dict[str, LinkState] = {}
-        unique = list(dict.fromkeys(urls))
-        for i in range(0, len(unique), 500):
-            chunk = unique[i:i + 500]
+        missing = []
+        for url in dict.fromkeys(urls):
+            hit, state = self.seen.lookup(url)
+            if not hit:
+                missing.append(url)
+            elif state is not None:
+                out[url] = state
+        for i in range(0, len(missing), 500):
+            chunk = missing[i:i + 500]
             marks = ", ".join("?" * len(chunk))
-            for url, state in self._x(
-                f"SELECT url, state FROM candidates WHERE url IN ({marks})", chunk
+            for url, state, score in self._x(
+                f"SELECT url, state, score FROM candidates WHERE url IN ({marks})", chunk
             ):
                 out[str(url)] = LinkState(state)
+                self.seen.put(str(url), out[str(url)], float(score))
+        for url in missing:
+            if url not in out:
+                self.seen.absent(url)
         return out
 
     def redirect_chain(self, url: str, limit: int) -> int:

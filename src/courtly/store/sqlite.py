@@ -66,6 +66,7 @@ class SqliteStore(SqlStore):
             except sqlite3.DatabaseError as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
+                self.seen.clear()
                 raise StoreError(_explain(exc, self.path)) from None
 
     def _ddl(self, statement: str) -> str:

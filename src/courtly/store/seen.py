@@ -1,0 +1,78 @@
+"""The seen cache: the link states of recently seen URLs, in front of the crawl database.
+
+Most links on a page are already known, so asking the database for each one's state (for the
+strategy) and upserting it again (a no-op) was a fifth of the crawl loop's time. The store keeps
+what it read and wrote about the most recent URLs and answers those from memory; an upsert that
+the database would ignore (`Store.add_links`: only a NOT_CRAWLED candidate's score may rise) is
+not sent. Bounded and keyed by a 128-bit hash, so memory stays flat however large the frontier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import xxhash
+
+from courtly.model import Link, LinkState
+
+#: entries kept (about 90 bytes each); the oldest go first
+SIZE = 1 << 17
+_ABSENT = -1.0  # asked for and not in the database: the next upsert inserts it
+
+
+def _key(url: str) -> int:
+    return xxhash.xxh3_128_intdigest(url.encode("utf-8", "surrogatepass"))
+
+
+class SeenCache:
+    """URL → LinkState, or the score while NOT_CRAWLED (a float), for the most recent URLs.
+
+    Correct for one writer (the crawl process; with several workers a stale entry only makes the
+    strategy schedule a URL another worker took, which the upsert then ignores).
+    """
+
+    def __init__(self, size: int = SIZE) -> None:
+        self.size = size
+        self._entries: dict[int, LinkState | float] = {}
+
+    def lookup(self, url: str) -> tuple[bool, LinkState | None]:
+        """(whether the cache knows, the state: None when the URL is not in the database)."""
+        entry = self._entries.get(_key(url))
+        if entry is None:
+            return False, None
+        if isinstance(entry, float):
+            return True, None if entry == _ABSENT else LinkState.NOT_CRAWLED
+        return True, entry
+
+    def put(self, url: str, state: LinkState, score: float = 0.0) -> None:
+        """Remember url's state as the database now has it."""
+        self._set(_key(url),
+                  score if state is LinkState.NOT_CRAWLED else state)
+
+    def absent(self, url: str) -> None:
+        """url was looked up and is not in the database."""
+        self._set(_key(url), _ABSENT)
+
+    def new_links(self, links: Iterable[Link]) -> list[Link]:
+        """The links whose upsert could change the database; the cache records the result."""
+        out = []
+        for link in links:
+            key = _key(link.url)
+            entry = self._entries.get(key)
+            if entry is None:
+                out.append(link)  # unknown here: its state after the upsert is unknown too
+            elif isinstance(entry, float) and link.score > entry:
+                out.append(link)
+                self._entries[key] = link.score  # inserted (was absent) or score raised
+        return out
+
+    def _set(self, key: int, value: LinkState | float) -> None:
+        entries = self._entries
+        entries.pop(key, None)  # re-inserted: the newest
+        entries[key] = value
+        if len(entries) > self.size:
+            del entries[next(iter(entries))]
+
+    def clear(self) -> None:
+        """Forget everything (after a failed write the database may disagree)."""
+        self._entries.clear()
