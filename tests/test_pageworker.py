@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import zstandard
+
 from courtly.config import Normalize
 from courtly.pageworker import PageAnalysis, PageSettings, PageWorker, analyse_page
 from courtly.site import Page, html
@@ -31,7 +33,7 @@ PAGES = [
 
 
 def settings(near: bool = True) -> PageSettings:
-    return PageSettings("courtly", 5000, 4 * 1024 * 1024, near, Normalize())
+    return PageSettings("courtly", 5000, 4 * 1024 * 1024, near, Normalize(), compress=True)
 
 
 def test_analyse_page_resolves_filters_and_fingerprints() -> None:
@@ -42,11 +44,14 @@ def test_analyse_page_resolves_filters_and_fingerprints() -> None:
         "http://other.example/",  # out of scope: the crawler's policy drops it
     ]
     assert page.near_signature is not None and not page.noindex and page.canonical is None
+    assert page.content is not None
+    assert zstandard.ZstdDecompressor().decompress(page.content) == PAGES[0].encode()
 
     nofollow = analyse_page(settings(), URL, PAGES[1].encode(), None, "")
     assert nofollow.nofollow and nofollow.links == []
     header = analyse_page(settings(), URL, PAGES[0].encode(), None, "courtly: noindex")
     assert header.noindex and header.near_signature is None  # no near-duplicate check then
+    assert header.content is None  # nor stored content
     canonical = analyse_page(settings(), URL, PAGES[3].encode(), None, "")
     assert canonical.canonical == "http://127.0.0.1:8000/other" and canonical.links == []
     assert analyse_page(settings(), URL, PAGES[4].encode(), None, "").canonical is None
@@ -113,7 +118,7 @@ def test_the_worker_exits_when_the_crawler_is_killed(tmp_path: Path) -> None:
         from courtly.pageworker import PageSettings, PageWorker
 
         async def main():
-            worker = PageWorker(PageSettings("courtly", 10, 1000, True, Normalize()), 1)
+            worker = PageWorker(PageSettings("courtly", 10, 1000, True, Normalize(), False), 1)
             await worker.analyse("http://a.test/", b"<a href=x>x</a>", None, "")
             print(worker._conn.proc.pid, flush=True)
             time.sleep(60)

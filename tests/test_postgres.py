@@ -21,6 +21,7 @@ import zstandard
 
 from courtly.distributed import partition_key, partition_of
 from courtly.model import CrawlAction, ExitCode, Link
+from courtly.pageworker import compress
 from courtly.site import Page, html
 from courtly.store import StoreError, open_store
 from courtly.store.postgres import PostgresStore, database_exists, split_url
@@ -46,7 +47,7 @@ def test_store_speaks_portable_sql_on_postgres(pg_url: PgUrl) -> None:
         assert [c.url for c in todo] == [f"{origin}/?q=1", f"{origin}/100%"]  # best score first
         body = b"\x00\xff<html>binary-safe</html>"
         action = CrawlAction(todo[0], origin, ExitCode.OK, time.time(), http_status=200,
-                             content_hash="h1", body=body)
+                             content_hash="h1", content=compress(body))
         store.record(action, run)
         stored = rows(pg_url, "SELECT body FROM content")[0]["body"]
         assert zstandard.ZstdDecompressor().decompress(stored) == body

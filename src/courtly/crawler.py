@@ -111,7 +111,7 @@ class Crawler:
         limits = config.limits
         self.pages = PageWorker(  # parse_html and links, in a worker process (pageworker.py)
             PageSettings(self.token, limits.max_links_per_page, limits.max_parse_size,
-                         config.dedup.near, config.normalize),
+                         config.dedup.near, config.normalize, config.store_content),
             config.parse_workers,
         )
         strategy.bind(StoreContext(store, self._live_state))
@@ -513,8 +513,8 @@ class Crawler:
         elif self.config.dedup.near and self._near_duplicate(action, page.near_signature):
             if not self.config.dedup.follow_links_of_duplicates:
                 return
-        elif self.config.store_content:
-            action.body = resp.body
+        else:
+            action.content = page.content
         self.strategy.page_crawled(
             StrategyResponse(self._request(action.candidate), resp.status, str(action.exit_code),
                              resp.headers, resp.body, page.title)

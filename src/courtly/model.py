@@ -93,7 +93,7 @@ class CrawlAction:
     etag: str | None = None
     last_modified: str | None = None
     content_hash: str | None = None
-    body: bytes | None = None  # stored compressed when kept
+    content: bytes | None = None  # the body zstd-compressed (pageworker.compress), when kept
     text: str | None = None
     redirect_target: str | None = None
     canonical: str | None = None

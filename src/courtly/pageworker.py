@@ -1,9 +1,10 @@
 """The CPU work on one HTML page, in a worker process (the crawl loop's second core).
 
 `analyse_page` is a pure function of the body and the settings: parse the HTML, read the
-directives, resolve and normalize the links, compute the near-duplicate signature. The crawler
-calls it through a `PageWorker`: in one worker process (`parse_workers = 1`), or inline on the
-event-loop thread (`parse_workers = 0`). Both paths run the same function.
+directives, resolve and normalize the links, compute the near-duplicate signature, compress the
+body for storage. The crawler calls it through a `PageWorker`: in one worker process
+(`parse_workers = 1`), or inline on the event-loop thread (`parse_workers = 0`). Both paths run
+the same function.
 
 The worker is `python -c ...serve(FD)`, a direct child (its CPU time is counted in the
 crawler's when it is reaped), talking over a socket pair: length-prefixed pickles, answered in
@@ -30,6 +31,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import zstandard
+
 from courtly import dedup
 from courtly.config import Normalize
 from courtly.parse import parse_html, robots_directives
@@ -40,6 +43,7 @@ log = logging.getLogger("courtly")
 #: the worker is replaced this many times in a run; after that pages are analysed inline
 MAX_RESTARTS = 3
 _HEAD = 4  # bytes of the little-endian length before each message
+_ZSTD = zstandard.ZstdCompressor(level=3)
 _WORKER = (
     "import sys, socket, courtly.pageworker as w; w.serve(socket.socket(fileno=int(sys.argv[1])))"
 )
@@ -54,6 +58,7 @@ class PageSettings:
     max_parse_size: int
     near: bool  # compute the near-duplicate signature
     normalize: Normalize
+    compress: bool  # compress the body for storage
 
 
 @dataclass(slots=True)
@@ -69,6 +74,13 @@ class PageAnalysis:
     #: or the page itself; empty when the page is nofollow
     links: list[tuple[str, str]] = field(default_factory=list)
     near_signature: bytes | None = None
+    #: the body compressed for the content table (settings.compress), unless noindex
+    content: bytes | None = None
+
+
+def compress(body: bytes) -> bytes:
+    """A body as the content table stores it: zstd, level 3."""
+    return _ZSTD.compress(body)
 
 
 def analyse_page(
@@ -91,6 +103,8 @@ def analyse_page(
             return out
     if settings.near and not out.noindex:
         out.near_signature = dedup.signature(page.text)
+    if settings.compress and not out.noindex:
+        out.content = compress(body)
     if out.nofollow:
         return out
     seen: set[str] = set()

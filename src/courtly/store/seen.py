@@ -1,7 +1,7 @@
 """The seen cache: the link states of recently seen URLs, in front of the crawl database.
 
 Most links on a page are already known, so asking the database for each one's state (for the
-strategy) and upserting it again (a no-op) was a fifth of the crawl loop's time. The store keeps
+strategy) and upserting it again (a no-op) was a sixth of the crawl process's time. The store keeps
 what it read and wrote about the most recent URLs and answers those from memory; an upsert that
 the database would ignore (`Store.add_links`: only a NOT_CRAWLED candidate's score may rise) is
 not sent. Bounded and keyed by a 128-bit hash, so memory stays flat however large the frontier.

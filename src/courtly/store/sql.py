@@ -9,8 +9,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-import zstandard
-
 from courtly import clock, dedup
 from courtly.model import COMPLETED, Candidate, CrawlAction, Link, LinkState
 from courtly.store.base import OriginState, StoreError
@@ -42,7 +40,6 @@ class SqlStore:
     path: str
     commit_interval = 0.0
     worker: str | None = None  # distributed mode: this worker's id, logged with each action
-    _zstd = zstandard.ZstdCompressor(level=3)
 
     def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
         raise NotImplementedError
@@ -70,11 +67,11 @@ class SqlStore:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[None]:
-        """One atomic write (`_tx`); a failed one also empties the seen cache."""
+        """One atomic write (`_tx`); a failed one, rolled back, also empties the seen cache."""
         try:
             with self._tx():
                 yield
-        except StoreError:
+        except BaseException:
             self.seen.clear()
             raise
 
@@ -224,13 +221,12 @@ class SqlStore:
                     "status = excluded.status, seen = excluded.seen",
                     (c.url, action.redirect_target, action.http_status, action.started),
                 )
-            if action.body is not None and action.content_hash is not None:
+            if action.content is not None and action.content_hash is not None:
                 self._x(
                     "INSERT INTO content (url, content_hash, fetched, body) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT (url) DO UPDATE SET content_hash = excluded.content_hash, "
                     "fetched = excluded.fetched, body = excluded.body",
-                    (c.url, action.content_hash, action.started,
-                     self._zstd.compress(action.body)),
+                    (c.url, action.content_hash, action.started, action.content),
                 )
             if action.links:
                 self._insert_links(action.links)

@@ -1,0 +1,86 @@
+"""The seen cache in front of the crawl database: same answers as the database, bounded memory."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from courtly.model import Candidate, CrawlAction, ExitCode, Link, LinkState
+from courtly.store.seen import SeenCache
+from courtly.store.sqlite import SqliteStore
+
+ORG = "http://a.example:80"
+
+
+def test_new_links_are_the_upserts_that_could_change_something() -> None:
+    seen = SeenCache()
+    seen.put(f"{ORG}/crawled", LinkState.CRAWLED)
+    seen.put(f"{ORG}/fresh", LinkState.NOT_CRAWLED, 0.5)
+    seen.absent(f"{ORG}/absent")
+    links = [Link(f"{ORG}/{name}", ORG, 1, score) for name, score in
+             [("crawled", 1.0), ("fresh", 0.4), ("fresh", 0.6), ("absent", 0.2), ("unknown", 0.1)]]
+    # CRAWLED: never changed by an upsert; a NOT_CRAWLED score only rises; absent is inserted
+    assert [(lk.url.rsplit("/", 1)[1], lk.score) for lk in seen.new_links(links)] == [
+        ("fresh", 0.6), ("absent", 0.2), ("unknown", 0.1)]
+    assert seen.lookup(f"{ORG}/absent") == (True, LinkState.NOT_CRAWLED)  # inserted by that upsert
+    assert seen.new_links([Link(f"{ORG}/fresh", ORG, 1, 0.6)]) == []  # the raised score is known
+    assert seen.lookup(f"{ORG}/unknown") == (False, None)  # its state after the upsert is unknown
+
+
+def test_the_cache_is_bounded_oldest_out() -> None:
+    seen = SeenCache(size=3)
+    for i in range(5):
+        seen.put(f"{ORG}/{i}", LinkState.CRAWLED)
+    seen.put(f"{ORG}/2", LinkState.ERROR)  # re-put: the newest again
+    seen.put(f"{ORG}/5", LinkState.CRAWLED)
+    hits = [i for i in range(6) if seen.lookup(f"{ORG}/{i}")[0]]
+    assert hits == [2, 4, 5]
+    assert seen.lookup(f"{ORG}/2") == (True, LinkState.ERROR)
+
+
+def test_store_states_agree_with_the_database_through_the_cache(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "c.db"))
+    try:
+        store.add_origins([ORG])
+        urls = [f"{ORG}/{i}" for i in range(4)]
+        assert store.add_links([Link(u, ORG, 1, 0.5) for u in urls[:3]]) == 3
+        run = store.begin_run()
+        todo = store.take_todo(ORG, run, 2, time.time())
+        store.record(CrawlAction(todo[0], ORG, ExitCode.OK, time.time(), http_status=200), run)
+        store.record(CrawlAction(todo[1], ORG, ExitCode.HTTP_CLIENT_ERROR, time.time(),
+                                 http_status=404), run)
+        expected = {todo[0].url: LinkState.CRAWLED, todo[1].url: LinkState.ERROR,
+                    urls[2]: LinkState.NOT_CRAWLED}
+        assert store.states(urls) == expected  # urls[3]: unknown
+        assert store.states(urls) == expected  # the same from the cache
+        assert store.add_links([Link(urls[3], ORG, 1, 0.5)]) == 1  # known absent: inserted
+        assert store.add_links([Link(urls[2], ORG, 1, 0.9)]) == 1  # a higher score: raised
+        assert store.add_links([Link(urls[2], ORG, 1, 0.9), Link(todo[0].url, ORG, 1, 1.0)]) == 0
+        fresh = SqliteStore(str(tmp_path / "c.db"))  # no cache: what the database says
+        try:
+            assert fresh.states(urls) == store.states(urls)
+            left = fresh.take_todo(ORG, run, 10, time.time())
+            assert [(c.url, c.score) for c in left] == [(urls[2], 0.9), (urls[3], 0.5)]
+        finally:
+            fresh.close()
+    finally:
+        store.close()
+
+
+def test_a_failed_write_empties_the_cache(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "c.db"))
+    try:
+        store.add_origins([ORG])
+        store.add_links([Link(f"{ORG}/a", ORG, 0, 1.0)])
+        store.states([f"{ORG}/a"])
+        assert store.seen.lookup(f"{ORG}/a")[0]
+        ghost = Candidate(10**9, f"{ORG}/ghost", 0, 1.0)
+        bad = CrawlAction(ghost, ORG, ExitCode.OK, time.time(), http_status=200)
+        bad.near_signature = "not bytes"  # type: ignore[assignment]  # fails half-way
+        with pytest.raises(TypeError):
+            store.record(bad, store.begin_run())
+        assert not store.seen.lookup(f"{ORG}/a")[0]
+    finally:
+        store.close()
