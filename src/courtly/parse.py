@@ -89,6 +89,8 @@ def flatten(html: str, max_depth: int = MAX_NESTING) -> str:
     A rough tag scan (linear time), not a parser: the depth counts elements that nest; what
     the crawler reads (links, base, canonical, meta robots, title) is never dropped.
     """
+    if html.count("<") <= max_depth:
+        return html  # too few tags to nest that deep: the common case costs one count
     depth = 0
 
     def visit(m: re.Match[str]) -> str:
