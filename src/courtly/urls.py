@@ -11,11 +11,14 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import ada_url
-import tldextract
 
 from courtly.config import Normalize
+
+if TYPE_CHECKING:
+    import tldextract
 
 __all__ = ["host_of", "normalize", "origin_of", "registered_domain"]
 
@@ -195,6 +198,8 @@ def host_of(url: str) -> str:
 @functools.cache
 def _extractor() -> tldextract.TLDExtract:
     """A tldextract instance using only its bundled snapshot: no fetch, no cache directory."""
+    import tldextract  # only scopes wider than a host need it; importing it costs 0.1 s
+
     no_urls: Sequence[str] = ()
     return tldextract.TLDExtract(
         cache_dir=None, suffix_list_urls=no_urls, fallback_to_snapshot=True
