@@ -420,12 +420,15 @@ class Crawler:
             resp = await self.fetcher.get(candidate.url, headers=headers or None)
         except FetchError as exc:
             action.exit_code, action.detail = exc.exit_code, exc.detail
+            answered = time.monotonic()
         else:
+            answered = time.monotonic()
             crawler.response_times.append(resp.elapsed)
             await self._classify(crawler, action, resp)
         action.elapsed = time.monotonic() - started
+        # the delay runs from the server's answer: our own work on the page is not the site's
         delay = delay_for(crawler, self.config.politeness)
-        crawler.next_request_at = max(crawler.next_request_at, time.monotonic() + delay)
+        crawler.next_request_at = max(crawler.next_request_at, answered + delay)
         code = action.exit_code
         if code in COSTS_PATIENCE:
             crawler.patience -= 1
