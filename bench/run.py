@@ -6,7 +6,8 @@ then runs courtly and Scrapy alternately, each as a child process, and measures 
 - pages/s: distinct URLs fetched with an HTTP response (robots.txt excluded) / wall time of the
   whole crawl process (start-up included);
 - CPU ms/page: user+sys CPU of the child (os.wait4 rusage) / pages;
-- peak RSS: ru_maxrss of the child (os.wait4);
+- peak memory: the larger of the child's ru_maxrss (os.wait4) and the peak PSS of its process
+  tree, sampled every 0.2 s (courtly's page worker is a second process);
 - coverage: fetched ∩ manifest-required / required, and rule violations (disallowed, nofollow-only
   and out-of-scope URLs fetched, other extra URLs);
 - duplicate fetches: URLs with more than one HTTP response (courtly: crawl_log rows with an
@@ -30,6 +31,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -84,8 +86,35 @@ class Proc:
     t_end: float
 
 
+def _tree(pid: int) -> list[int]:
+    """pid and all its descendants (from /proc/PID/task/TID/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            with contextlib.suppress(OSError, ValueError):  # the process just ended
+                todo.extend(int(c) for c in task.read_text().split())
+    return out
+
+
+def tree_pss_kb(pid: int) -> int:
+    """Proportional set size of pid and its descendants (shared pages counted once in all)."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            text = Path(f"/proc/{p}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in text.splitlines()
+                       if line.startswith("Pss:")), 0)
+    return total
+
+
 def run_measured(cmd: list[str], log: Path, timeout: float, cwd: Path | None = None) -> Proc:
-    """Run cmd in its own process group; wall time, CPU and peak RSS from os.wait4."""
+    """Run cmd in its own process group; wall time and CPU from os.wait4; peak memory: the
+    larger of the child's ru_maxrss and the peak PSS of its process tree (sampled every 0.2 s:
+    courtly's page worker is a second process)."""
     with open(log, "wb") as out:
         start = time.monotonic()
         t_start = time.time()
@@ -94,12 +123,16 @@ def run_measured(cmd: list[str], log: Path, timeout: float, cwd: Path | None = N
         deadline = start + timeout
         timed_out = False
         killed_at = 0.0
+        peak_pss, sampled = 0, 0.0
         try:
             while True:
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
                 if pid == proc.pid:
                     break
                 now = time.monotonic()
+                if now - sampled >= 0.2:
+                    sampled = now
+                    peak_pss = max(peak_pss, tree_pss_kb(proc.pid))
                 if not timed_out and now > deadline:
                     timed_out = True
                     killed_at = now
@@ -113,8 +146,8 @@ def run_measured(cmd: list[str], log: Path, timeout: float, cwd: Path | None = N
             raise
         wall = time.monotonic() - start
     proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait again
-    return Proc(wall, usage.ru_utime, usage.ru_stime, usage.ru_maxrss, proc.returncode,
-                timed_out, t_start, t_start + wall)
+    return Proc(wall, usage.ru_utime, usage.ru_stime, max(usage.ru_maxrss, peak_pss),
+                proc.returncode, timed_out, t_start, t_start + wall)
 
 
 # ---------------------------------------------------------------------------------------------
