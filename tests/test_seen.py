@@ -84,3 +84,12 @@ def test_a_failed_write_empties_the_cache(tmp_path: Path) -> None:
         assert not store.seen.lookup(f"{ORG}/a")[0]
     finally:
         store.close()
+
+
+def test_an_integer_score_is_still_a_score() -> None:
+    seen = SeenCache()
+    seen.absent(f"{ORG}/x")
+    assert seen.new_links([Link(f"{ORG}/x", ORG, 0, 1)])  # type checkers aside, 1 is a score
+    assert seen.lookup(f"{ORG}/x") == (True, LinkState.NOT_CRAWLED)
+    seen.put(f"{ORG}/y", LinkState.NOT_CRAWLED, 0)
+    assert seen.lookup(f"{ORG}/y") == (True, LinkState.NOT_CRAWLED)

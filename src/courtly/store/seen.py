@@ -46,8 +46,7 @@ class SeenCache:
 
     def put(self, url: str, state: LinkState, score: float = 0.0) -> None:
         """Remember url's state as the database now has it."""
-        self._set(_key(url),
-                  score if state is LinkState.NOT_CRAWLED else state)
+        self._set(_key(url), float(score) if state is LinkState.NOT_CRAWLED else state)
 
     def absent(self, url: str) -> None:
         """url was looked up and is not in the database."""
@@ -63,7 +62,7 @@ class SeenCache:
                 out.append(link)  # unknown here: its state after the upsert is unknown too
             elif isinstance(entry, float) and link.score > entry:
                 out.append(link)
-                self._entries[key] = link.score  # inserted (was absent) or score raised
+                self._entries[key] = float(link.score)  # inserted (was absent) or raised
         return out
 
     def _set(self, key: int, value: LinkState | float) -> None:
