@@ -16,11 +16,14 @@ Usage: python spider.py --seeds-file F --out OUT.json --concurrency N [--delay D
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urldefrag, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import urldefrag, urljoin
 
 import scrapy
 from scrapy.crawler import CrawlerProcess
@@ -28,24 +31,19 @@ from scrapy.http import HtmlResponse, Request, Response
 from scrapy.linkextractors import LinkExtractor
 
 
-def normalize(url: str) -> str:
-    """Same as bench/site.py normalize (kept in sync by hand: this venv does not import bench)."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
-    port = parts.port
-    netloc = host
-    if port is not None and not (
-        (scheme == "http" and port == 80) or (scheme == "https" and port == 443)
-    ):
-        netloc = f"{host}:{port}"
-    query = urlencode(sorted(parse_qsl(parts.query, keep_blank_values=True)))
-    return urlunsplit((scheme, netloc, parts.path or "/", query, ""))
+def _load_site() -> Any:
+    """bench/site.py (standard library only), by path: its name is shadowed by stdlib `site`."""
+    spec = importlib.util.spec_from_file_location(
+        "courtly_bench_site", Path(__file__).resolve().parent.parent / "site.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
-def origin_of(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+_site = _load_site()
+normalize, origin_of = _site.normalize, _site.origin_of
 
 
 class BenchSpider(scrapy.Spider):

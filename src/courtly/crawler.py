@@ -13,13 +13,11 @@ import logging
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import xxhash
-
-from courtly import clock, sitemaps
+from courtly import clock, dedup, sitemaps
 from courtly.config import CrawlConfig
 from courtly.fetch import Fetcher, FetchError, Response
 from courtly.model import (
@@ -416,13 +414,13 @@ class Crawler:
         started = time.monotonic()
         self.stats.requests += 1
         crawler.pages_this_run += 1
+        resp: Response | None = None
         try:
             resp = await self.fetcher.get(candidate.url, headers=headers or None)
         except FetchError as exc:
             action.exit_code, action.detail = exc.exit_code, exc.detail
-            answered = time.monotonic()
-        else:
-            answered = time.monotonic()
+        answered = time.monotonic()
+        if resp is not None:
             crawler.response_times.append(resp.elapsed)
             await self._classify(crawler, action, resp)
         action.elapsed = time.monotonic() - started
@@ -483,7 +481,7 @@ class Crawler:
             action.detail = f"unexpected status {status}"
         elif not (action.content_type or "text/html").lower().startswith(_HTML_TYPES):
             action.exit_code = ExitCode.UNSUPPORTED_CONTENT
-            action.content_hash = xxhash.xxh3_128_hexdigest(resp.body)
+            action.content_hash = dedup.exact_fingerprint(resp.body)
             if sitemaps.looks_like_sitemap(action.candidate.url, action.content_type, resp.body):
                 self._crawl_sitemap(action, resp)
         else:
@@ -502,7 +500,7 @@ class Crawler:
             action.canonical = page.canonical
             self._links(action, [Request(page.canonical, action.candidate.depth)])
             return
-        action.content_hash = xxhash.xxh3_128_hexdigest(resp.body)
+        action.content_hash = dedup.exact_fingerprint(resp.body)
         if page.noindex:
             action.exit_code = ExitCode.NOINDEX
         elif self.config.dedup.exact and (
@@ -578,13 +576,13 @@ class Crawler:
         kept = self.strategy.filter_extracted_links(request, links)
         self.strategy.refresh_states(kept)
         self.strategy.links_extracted(request, kept)
-        action.links.extend(self._scheduled_links({r.url for r in links} if vetted else set()))
+        action.links.extend(self._scheduled_links({r.url for r in links} if vetted else ()))
 
-    def _scheduled_links(self, vetted: set[str] | None = None) -> list[Link]:
+    def _scheduled_links(self, vetted: Collection[str] = ()) -> list[Link]:
         out = []
         for item in self.strategy.take_scheduled():
             url = item.request.url
-            if url not in (vetted or ()):
+            if url not in vetted:
                 normalized = normalize(url, None, self.config.normalize)
                 if normalized is None or not self.policy.in_scope(normalized):
                     continue

@@ -94,7 +94,6 @@ class CrawlAction:
     last_modified: str | None = None
     content_hash: str | None = None
     content: bytes | None = None  # the body zstd-compressed (pageworker.compress), when kept
-    text: str | None = None
     redirect_target: str | None = None
     canonical: str | None = None
     duplicate_of: str | None = None

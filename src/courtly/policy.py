@@ -18,7 +18,7 @@ from urllib.parse import unquote_plus
 
 import re2
 
-from courtly.urls import glob_to_regex, host_of, origin_of, registered_domain
+from courtly.urls import authority_key, glob_to_regex, host_of, origin_of, registered_domain
 
 if TYPE_CHECKING:
     from courtly.config import Policies, QueryParameters, Traps
@@ -173,12 +173,6 @@ def _param_names(query: str) -> list[str]:
     return names
 
 
-def _authority_key(url: str) -> str:
-    """The URL up to the first '/' after "scheme://": it contains the whole authority."""
-    slash = url.find("/", url.find("://") + 3)
-    return url[:slash] if slash > 0 else url
-
-
 class Policy:
     """Scope, do_not_crawl, allow/deny, url_query_parameters and trap guards for one crawl."""
 
@@ -241,7 +235,7 @@ class Policy:
         With scope "origin" that is the URL's origin when it is a seed origin; with a wider
         scope it is the URL's own origin, so each origin discovered in scope gets its crawler.
         """
-        key = _authority_key(url)
+        key = authority_key(url)
         cache = self._scope_cache
         origin = cache.get(key, "")
         if origin != "":
@@ -254,7 +248,7 @@ class Policy:
 
     def in_scope(self, url: str) -> bool:
         """Whether url is inside the crawl scope (cached per scheme://authority)."""
-        slash = url.find("/", url.find("://") + 3)  # inlined _authority_key: the hot path
+        slash = url.find("/", url.find("://") + 3)  # inlined authority_key: the hot path
         origin = self._scope_cache.get(url[:slash] if slash > 0 else url, "")
         if origin == "":
             origin = self.origin_for(url)

@@ -20,7 +20,7 @@ from courtly.config import Normalize
 if TYPE_CHECKING:
     import tldextract
 
-__all__ = ["host_of", "normalize", "origin_of", "registered_domain"]
+__all__ = ["authority_key", "host_of", "normalize", "origin_of", "registered_domain"]
 
 _DEFAULT_OPTS = Normalize()
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
@@ -178,10 +178,15 @@ def _scheme_host_port(url: str) -> tuple[str, str, str]:
     return scheme, host, port
 
 
+def authority_key(url: str) -> str:
+    """The URL up to the first '/' after "scheme://": it contains the whole authority."""
+    slash = url.find("/", url.find("://") + 3)
+    return url[:slash] if slash > 0 else url
+
+
 def origin_of(url: str) -> str:
     """Return "scheme://host:port" with the port always explicit; ValueError if not http(s)."""
-    slash = url.find("/", url.find("://") + 3)  # the origin depends on what precedes this
-    return _origin_of_prefix(url[:slash] if slash > 0 else url)
+    return _origin_of_prefix(authority_key(url))  # the origin depends on that prefix only
 
 
 @functools.lru_cache(maxsize=4096)

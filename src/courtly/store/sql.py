@@ -286,8 +286,8 @@ class SqlStore:
             for url, state, score in self._x(
                 f"SELECT url, state, score FROM candidates WHERE url IN ({marks})", chunk
             ):
-                out[str(url)] = LinkState(state)
-                self.seen.put(str(url), out[str(url)], float(score))
+                known = out[str(url)] = LinkState(state)
+                self.seen.put(str(url), known, float(score))
         for url in missing:
             if url not in out:
                 self.seen.absent(url)
