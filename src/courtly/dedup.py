@@ -22,6 +22,7 @@ signature and 16 index rows per page (simhash: 8 bytes and 4 rows).
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import numpy as np
@@ -41,7 +42,9 @@ _EMPTY = 1 << 16
 _PACK = struct.Struct(f"<{BINS}H")
 
 
-_SEPARATORS = str.maketrans({c: " " for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^`{|}~"})
+#: ASCII punctuation as spaces, for UTF-8 bytes (no multi-byte sequence contains an ASCII byte)
+_PUNCTUATION = b"!\"#$%&'()*+,-./:;<=>?@[\\]^`{|}~"  # all but '_', a word character
+_SEPARATORS = bytes.maketrans(_PUNCTUATION, b" " * len(_PUNCTUATION))
 #: only the first TEXT_LIMIT bytes of a page's text are fingerprinted
 TEXT_LIMIT = 64 * 1024
 _P = np.uint64(0x100000001B3)  # odd, so invertible modulo 2**64
@@ -76,7 +79,7 @@ def word_hashes(text: str) -> U64:
     per-word call to a hash function would cost more than the rest of the page's processing.
     """
     data = np.frombuffer(
-        text.lower().translate(_SEPARATORS).encode("utf-8", "replace")[:TEXT_LIMIT],
+        text.lower().encode("utf-8", "replace")[:TEXT_LIMIT].translate(_SEPARATORS),
         dtype=np.uint8,
     )
     inside = np.concatenate(([False], data > 32, [False]))
@@ -109,12 +112,11 @@ def signature(text: str, min_words: int = MIN_WORDS) -> bytes | None:
     # distance, so two pages with the same filled bins get the same values
     values = sig.tolist()
     out = list(values)
-    for i in range(BINS):
-        if values[i] == _EMPTY:
-            step = 1
-            while values[(i + step) % BINS] == _EMPTY:
-                step += 1
-            out[i] = (values[(i + step) % BINS] + step * 0x9E37) & 0xFFFF
+    for i in np.flatnonzero(sig == _EMPTY).tolist():
+        step = 1
+        while values[(i + step) % BINS] == _EMPTY:
+            step += 1
+        out[i] = (values[(i + step) % BINS] + step * 0x9E37) & 0xFFFF
     return _PACK.pack(*out)
 
 
@@ -124,13 +126,14 @@ def similarity(a: bytes, b: bytes) -> float:
     return same / BINS
 
 
-def band_keys(sig: bytes) -> list[int]:
+@functools.lru_cache(maxsize=64)  # a page's keys are looked up, then stored
+def band_keys(sig: bytes) -> tuple[int, ...]:
     """One signed 64-bit key per band (the band number is hashed in)."""
     width = ROWS * 2
-    return [
+    return tuple(
         to_signed(xxhash.xxh64_intdigest(sig[i * width:(i + 1) * width], seed=i))
         for i in range(BANDS)
-    ]
+    )
 
 
 def to_signed(value: int) -> int:

@@ -248,9 +248,10 @@ class Fetcher:
         first_byte = asyncio.timeout(lim.first_byte_timeout)
         try:
             async with total:
-                self._check_literal_address(URL(url).raw_host or "")
+                target = URL(url, encoded=True)  # normalized: percent-encoded already
+                self._check_literal_address(target.raw_host or "")
                 async with first_byte:
-                    resp = await self._session.get(url, headers=headers, allow_redirects=False)
+                    resp = await self._session.get(target, headers=headers, allow_redirects=False)
                 async with resp:
                     return await self._read(resp, url, limit, truncate, started)
         except FetchError:

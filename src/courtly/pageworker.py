@@ -47,6 +47,12 @@ _ZSTD = zstandard.ZstdCompressor(level=3)
 _WORKER = (
     "import sys, socket, courtly.pageworker as w; w.serve(socket.socket(fileno=int(sys.argv[1])))"
 )
+#: glibc gave the heap back to the system after every page and took it again (page faults: a
+#: quarter of the worker's CPU, bench/RESULTS.md); NumPy's BLAS threads are never used here
+_WORKER_ENV = {
+    "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=33554432",
+    "OPENBLAS_NUM_THREADS": "1",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +233,8 @@ class PageWorker:
         env = dict(os.environ)  # find this courtly even if it is not the installed one
         package_root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        for name, value in _WORKER_ENV.items():
+            env.setdefault(name, value)  # the user's own settings win
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-c", _WORKER, str(theirs.fileno())],

@@ -149,4 +149,13 @@ MIGRATIONS: list[list[str]] = [
         "DROP TABLE near_dup_keys",
         "ALTER TABLE near_dup_keys_6 RENAME TO near_dup_keys",
     ],
+    # 7: the fresh-candidate index covers what take_todo reads of a NOT_CRAWLED URL (its url and
+    # depth; the rest is still at its default), so filling a todo list reads a few index pages
+    # instead of one table page per URL (2.3-4x slower at 10M known URLs than at 100k before);
+    # state is a column too, or SQLite 3.40 does not count the index as covering
+    [
+        "DROP INDEX cand_fresh",
+        "CREATE INDEX cand_fresh ON candidates (origin, score DESC, id, url, depth, state) "
+        "WHERE state = 'NOT_CRAWLED'",
+    ],
 ]

@@ -165,9 +165,9 @@ class SqlStore:
             (origin, run, limit),
         ).fetchall()
         if len(rows) < limit:
-            rows += self._x(
-                f"SELECT {cols} FROM candidates WHERE origin = ? AND state = 'NOT_CRAWLED' "
-                "ORDER BY score DESC, id LIMIT ?",
+            rows += self._x(  # only the index cand_fresh is read: the rest is at its default
+                "SELECT id, url, depth, score, NULL, NULL, NULL, 0, NULL, NULL FROM candidates "
+                "WHERE origin = ? AND state = 'NOT_CRAWLED' ORDER BY score DESC, id LIMIT ?",
                 (origin, limit - len(rows)),
             ).fetchall()
         if len(rows) < limit:

@@ -1,0 +1,63 @@
+"""The frontier in the crawl database: todo lists come from the indexes (docs/crawl-loop.md)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from courtly.model import Link
+from courtly.store.sqlite import SqliteStore
+
+ORG = "http://a.test"
+FRESH_QUERY = (
+    "EXPLAIN QUERY PLAN SELECT id, url, depth, score, NULL, NULL, NULL, 0, NULL, NULL "
+    "FROM candidates WHERE origin = ? AND state = 'NOT_CRAWLED' ORDER BY score DESC, id LIMIT ?"
+)
+
+
+def fill(path: Path, n: int) -> None:
+    store = SqliteStore(str(path))
+    store.add_origins([ORG], seed=True)
+    store.add_links([Link(f"{ORG}/p/{i}", ORG, i % 7, (i * 37 % 101) / 101) for i in range(n)])
+    store.close()
+
+
+def todo_urls(path: Path, limit: int) -> list[tuple[str, int, float]]:
+    store = SqliteStore(str(path))
+    run = store.begin_run()
+    todo = store.take_todo(ORG, run, limit, time.time())
+    store.close()
+    return [(c.url, c.depth, c.score) for c in todo]
+
+
+def test_fresh_candidates_are_read_from_the_index_alone_best_score_first(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    fill(db, 500)
+    plan = sqlite3.connect(db).execute(FRESH_QUERY, (ORG, 10)).fetchall()
+    assert "COVERING INDEX cand_fresh" in plan[0][3]
+    todo = todo_urls(db, 50)
+    scores = [score for _, _, score in todo]
+    assert len(todo) == 50 and scores == sorted(scores, reverse=True)
+    best = sorted(range(500), key=lambda i: (-(i * 37 % 101), i))[:50]  # ties: oldest first
+    assert todo == [(f"{ORG}/p/{i}", i % 7, (i * 37 % 101) / 101) for i in best]
+
+
+def test_a_database_of_schema_6_gets_the_covering_index_and_the_same_todo_list(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "old.db"
+    fill(db, 300)
+    before = todo_urls(db, 40)
+    con = sqlite3.connect(db)  # back to schema 6: the index of before, without url and depth
+    con.execute("DROP INDEX cand_fresh")
+    con.execute("CREATE INDEX cand_fresh ON candidates (origin, score DESC, id) "
+                "WHERE state = 'NOT_CRAWLED'")
+    con.execute("UPDATE schema_version SET version = 6")
+    con.commit()
+    assert "COVERING" not in con.execute(FRESH_QUERY, (ORG, 10)).fetchall()[0][3]
+    con.close()
+    assert todo_urls(db, 40) == before  # opening it migrated it
+    con = sqlite3.connect(db)
+    assert "COVERING INDEX cand_fresh" in con.execute(FRESH_QUERY, (ORG, 10)).fetchall()[0][3]
+    assert con.execute("SELECT version FROM schema_version").fetchone()[0] == 7
