@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import ada_url
+from ada_url._ada_wrapper import ffi, lib  # ada's C API (the module ada_url's wrappers use)
 
 from courtly.config import Normalize
 
@@ -123,13 +123,34 @@ def _normalize_path(path: str, opts: Normalize) -> str:
             return path
 
 
+def _href(url: str, base: str | None) -> str | None:
+    """ada's serialization of url resolved against base; None if it is not a valid URL.
+
+    By hand on ada's C API: `ada_url.join_url` wraps each parse in a garbage-collected object,
+    which cost more than the parse itself (a link a page is normalized in 1.2 µs instead of 1.5).
+    """
+    try:
+        data = url.encode()
+        if base is None:
+            parsed = lib.ada_parse(data, len(data))
+        else:
+            base_data = base.encode()
+            parsed = lib.ada_parse_with_base(data, len(data), base_data, len(base_data))
+    except (TypeError, UnicodeError):
+        return None
+    try:
+        if not lib.ada_is_valid(parsed):
+            return None
+        href = lib.ada_get_href(parsed)
+        return str(ffi.unpack(href.data, href.length).decode())
+    finally:
+        lib.ada_free(parsed)
+
+
 def normalize(url: str, base: str | None = None, opts: Normalize | None = None) -> str | None:
     """Resolve url against base (WHATWG rules) and normalize; None if not a valid http(s) URL."""
-    try:
-        href = ada_url.join_url(base, url) if base is not None else ada_url.normalize_url(url)
-    except (ValueError, TypeError, UnicodeError):
-        return None
-    if not href.startswith(("https://", "http://")):
+    href = _href(url, base)
+    if href is None or not href.startswith(("https://", "http://")):
         return None
     if opts is None:
         opts = _DEFAULT_OPTS
@@ -164,10 +185,9 @@ def normalize(url: str, base: str | None = None, opts: Normalize | None = None) 
 
 def _scheme_host_port(url: str) -> tuple[str, str, str]:
     """Scheme, host and port (default filled in) of an http(s) URL; ValueError otherwise."""
-    try:
-        href = ada_url.normalize_url(url)
-    except UnicodeError:
-        raise ValueError(f"not a valid URL: {url!r}") from None
+    href = _href(url, None)
+    if href is None:
+        raise ValueError(f"not a valid URL: {url!r}")
     scheme, _, rest = href.partition("://")
     if scheme not in _DEFAULT_PORTS:
         raise ValueError(f"not an http(s) URL: {url!r}")
