@@ -5,7 +5,8 @@ For each size N it builds a SQLite crawl database with N candidates spread over 
 
 - fill todo: mean time of `Store.take_todo(origin, run, 64, now)` over 200 origins;
 - link insert: throughput of inserting 20k new links and re-inserting 20k known ones
-  (30 links per transaction, as a crawled page does);
+  (30 links per transaction, as a crawled page does, each committed), and of 20k more new links
+  with the crawler's group commit (`commit_interval`, 2 s by default);
 - resume: time from starting `courtly crawl --db DB` to the first request the local server sees
   (the database's origins include live 127.0.0.1 origins);
 - peak RSS of that `courtly crawl` (VmHWM), which runs 300 crawl actions.
@@ -29,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from courtly.config import CrawlConfig
 from courtly.model import Link
 from courtly.site import LocalSite, Page, html
 from courtly.store.sqlite import SqliteStore
@@ -100,10 +102,19 @@ def measure_store(path: Path, n: int) -> dict[str, float]:
     known = [Link(u, o, 2, 0.1) for u, o in known_rows]
     rng.shuffle(new)
     out: dict[str, float] = {"fill_todo_ms": fill_ms}
-    for name, links in (("insert_new_per_s", new), ("insert_known_per_s", known)):
+    grouped = [Link(f"{fake(i % 900)}/grouped/{n}/{i}", fake(i % 900), 2, 0.3)
+               for i in range(20000)]
+    rng.shuffle(grouped)
+    for name, links, commit_interval in (
+        ("insert_new_per_s", new, 0.0),
+        ("insert_known_per_s", known, 0.0),
+        ("insert_new_grouped_per_s", grouped, CrawlConfig().commit_interval),  # as a crawl does
+    ):
+        store.commit_interval = commit_interval
         started = time.perf_counter()
         for i in range(0, len(links), 30):
             store.add_links(links[i:i + 30])
+        store.flush()
         out[name] = len(links) / (time.perf_counter() - started)
     store.finish_run(run)
     store.close()
@@ -161,12 +172,14 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     print()
     print("| known URLs | fill todo (ms) | insert new links/s | re-insert known/s "
-          "| resume → first request (s) | peak RSS (MB) | db size (MB) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+          "| new links/s, group commit | resume → first request (s) | peak RSS (MB) "
+          "| db size (MB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, r in results.items():
         print(f"| {n:,} | {r['fill_todo_ms']:.2f} | {r['insert_new_per_s']:,.0f} | "
-              f"{r['insert_known_per_s']:,.0f} | {r['resume_to_first_request_s']:.2f} | "
-              f"{r['peak_rss_mb']:.0f} | {r['db_mb']:,.0f} |")
+              f"{r['insert_known_per_s']:,.0f} | {r['insert_new_grouped_per_s']:,.0f} | "
+              f"{r['resume_to_first_request_s']:.2f} | {r['peak_rss_mb']:.0f} | "
+              f"{r['db_mb']:,.0f} |")
     print(f"\nmachine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
 
 

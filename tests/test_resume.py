@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from courtly.model import Link
 from courtly.site import Page, html
+from courtly.store.sqlite import SqliteStore
 from tests.conftest import courtly, courtly_process, fetched_paths, rows
 
 PAGES = 60
@@ -77,11 +80,33 @@ def test_kill_9_then_resume_completes_every_page_once(
         assert rows(db, "PRAGMA integrity_check")[0]["integrity_check"] == "ok"
 
 
-def test_sigterm_and_sigint_stop_cleanly_and_resume(serve, db: Path) -> None:
+def test_a_group_of_writes_is_committed_once_it_is_commit_interval_old(tmp_path: Path) -> None:
+    """The crawler's housekeeping calls flush(commit_interval) twice a second: a younger group
+    stays open (other connections do not see it yet), an old enough one is committed."""
+    path = tmp_path / "group.db"
+    store = SqliteStore(str(path))
+    store.commit_interval = 0.4
+    store.add_links([Link(f"http://a.test/{i}", "http://a.test", 1, 0.5) for i in range(5)])
+    reader = sqlite3.connect(path)
+    count = "SELECT count(*) FROM candidates"
+    store.flush(store.commit_interval)
+    assert reader.execute(count).fetchone()[0] == 0
+    time.sleep(0.45)
+    store.flush(store.commit_interval)
+    assert reader.execute(count).fetchone()[0] == 5
+    store.add_links([Link("http://a.test/x", "http://a.test", 1, 0.5)])
+    store.flush()  # at once: the end of a crawl
+    assert reader.execute(count).fetchone()[0] == 6
+    store.close()
+
+
+def test_sigterm_and_sigint_stop_cleanly_and_resume(serve, db: Path, tmp_path: Path) -> None:
     site = serve({"a": chain_site("a")})
+    config = tmp_path / "crawl.toml"  # commits often enough for the test to see progress
+    config.write_text("commit_interval = 0.1\n")
     for sig in (signal.SIGTERM, signal.SIGINT):
         proc = courtly_process("crawl", site.url("a"), "--db", db, "--min-delay", "0.05",
-                               "--progress", "off")
+                               "--progress", "off", "--config", config)
         wait_for_actions(db, len(rows(db, "SELECT id FROM crawl_log")) + 3 if db.exists() else 3)
         sent = time.monotonic()
         proc.send_signal(sig)

@@ -150,7 +150,7 @@ class CrawlConfig(_Section):
     strategy_args: dict[str, Any] = Field(default_factory=dict)  # passed to the strategy
     obey_robots: bool | None = None  # shorthand for robots.obey
     store_content: bool = True
-    commit_interval: float = Field(0.5, ge=0)  # group commit window (SQLite); 0: every action
+    commit_interval: float = Field(2.0, ge=0)  # group commit window (SQLite); 0: every action
     force_recrawl: bool = False
     parse_workers: int = Field(1, ge=0, le=1)  # 1: HTML analysed in a worker process; 0: inline
     progress: Literal["auto", "live", "log", "off"] = "auto"

@@ -665,7 +665,7 @@ class Crawler:
                 self.on_progress(self.stats)
             await asyncio.sleep(tick)
             try:
-                self.store.flush()
+                self.store.flush(self.config.commit_interval)  # a group open that long
             except StoreError as exc:
                 self.stop(f"database error: {exc}")
                 return

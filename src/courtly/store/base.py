@@ -110,8 +110,8 @@ class Store(Protocol):
         """One candidate's record, if known."""
         ...
 
-    def flush(self) -> None:
-        """Commit writes held back by group commit."""
+    def flush(self, age: float = 0.0) -> None:
+        """Commit writes held back by group commit (those held at least `age` seconds)."""
         ...
 
     def close(self) -> None:

@@ -57,8 +57,9 @@ class SqlStore:
         """Close the connection."""
         raise NotImplementedError
 
-    def flush(self) -> None:
-        """Commit writes held back by group commit (backends without it commit at once)."""
+    def flush(self, age: float = 0.0) -> None:
+        """Commit writes held back by group commit if they are at least `age` seconds old
+        (backends without it commit at once)."""
 
     @functools.cached_property
     def seen(self) -> SeenCache:

@@ -58,9 +58,10 @@ class SqliteStore(SqlStore):
     def _tx(self) -> _Transaction:
         return _Transaction(self)
 
-    def flush(self) -> None:
-        """Commit the open group of writes, if any."""
-        if self._batch_since is not None:
+    def flush(self, age: float = 0.0) -> None:
+        """Commit the open group of writes, if any and at least `age` seconds old."""
+        since = self._batch_since
+        if since is not None and time.monotonic() - since >= age:
             self._batch_since = None
             if not self._db.in_transaction:
                 return  # SQLite already rolled it back after an error
@@ -120,9 +121,7 @@ class _Transaction:
                     self._db.execute("COMMIT")
                     return
                 self._db.execute("RELEASE action")
-                since = store._batch_since
-                if since is not None and time.monotonic() - since >= store.commit_interval:
-                    store.flush()
+                store.flush(store.commit_interval)
                 return
             except sqlite3.DatabaseError as err:
                 exc = err
