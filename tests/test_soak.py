@@ -20,7 +20,7 @@ from tests.conftest import courtly_process, fetched_paths, rows
 from tests.hostile_server import HostileServer, endless, page, routes
 
 ORIGINS = ("a", "b", "c")
-PAGES = 60
+PAGES = 120  # enough that twenty kills at random moments come before the end, on a fast machine
 KILLS = 20
 
 
