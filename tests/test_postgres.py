@@ -7,8 +7,10 @@ fixture; these tests cover what only this backend has.
 from __future__ import annotations
 
 import contextlib
+import random
 import signal
 import socket
+import string
 import threading
 import time
 from collections import Counter
@@ -86,6 +88,25 @@ def test_partitions_hash_registered_domains() -> None:
     assert partition_of("https://example.org", 64) == 53  # pinned
     spread = Counter(partition_of(f"https://site{i}.com", 16) for i in range(1600))
     assert len(spread) == 16 and min(spread.values()) > 60
+
+
+def test_a_server_limit_is_a_database_error_not_a_lost_connection(pg_url: PgUrl) -> None:
+    """An index row over PostgreSQL's limit (a URL of KBs of random text) is an
+    OperationalError too; the message gives the reason, and the store goes on working."""
+    store = PostgresStore(pg_url)
+    try:
+        store.add_origins(["http://a.example"], seed=True)
+        rng = random.Random(3)
+        huge = "http://a.example/" + "".join(rng.choices(string.ascii_letters, k=8000))
+        with pytest.raises(StoreError, match=r"database error on .*index row size") as caught:
+            store.add_links([Link(huge, "http://a.example", 1, 0.5)])
+        assert "lost the connection" not in str(caught.value)
+        store.add_links([Link("http://a.example/ok", "http://a.example", 1, 0.5)])
+        assert [c.url for c in store.take_todo("http://a.example", 1, 5, time.time())] == [
+            "http://a.example/ok"
+        ]
+    finally:
+        store.close()
 
 
 def test_a_dropped_connection_is_reconnected(pg_url: PgUrl) -> None:

@@ -420,8 +420,11 @@ def _first_line(exc: BaseException) -> str:
 
 def _explain(exc: psycopg.Error, where: str) -> str:
     text = _first_line(exc)
-    if isinstance(exc, psycopg.OperationalError):
-        return f"lost the connection to {where}: {text}"
-    if "No space left" in text or "disk full" in text.lower():
+    state = exc.sqlstate or ""
+    if state == "53100" or "No space left" in text or "disk full" in text.lower():
         return f"disk full on {where}: {text}"
+    # OperationalError also covers the server's limits (54xxx, e.g. an index row too large):
+    # only connection failures (class 08, admin shutdown 57P, or no SQLSTATE) are a lost link
+    if isinstance(exc, psycopg.OperationalError) and (not state or state.startswith(("08", "57P"))):
+        return f"lost the connection to {where}: {text}"
     return f"database error on {where}: {text}"
