@@ -111,10 +111,21 @@ def tree_pss_kb(pid: int) -> int:
     return total
 
 
+def vm_hwm_kb(pid: int) -> int:
+    """The peak resident set of one process since its exec (VmHWM)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in text.splitlines()
+                 if line.startswith("VmHWM:")), 0)
+
+
 def run_measured(cmd: list[str], log: Path, timeout: float, cwd: Path | None = None) -> Proc:
     """Run cmd in its own process group; wall time and CPU from os.wait4; peak memory: the
-    larger of the child's ru_maxrss and the peak PSS of its process tree (sampled every 0.2 s:
-    courtly's page worker is a second process)."""
+    larger of the child's VmHWM and the peak PSS of its process tree (both sampled every 0.2 s:
+    courtly's page worker is a second process). Not ru_maxrss: Linux carries the driver's own
+    peak into a child it spawns, so a driver that just generated the site reported its size."""
     with open(log, "wb") as out:
         start = time.monotonic()
         t_start = time.time()
@@ -123,7 +134,7 @@ def run_measured(cmd: list[str], log: Path, timeout: float, cwd: Path | None = N
         deadline = start + timeout
         timed_out = False
         killed_at = 0.0
-        peak_pss, sampled = 0, 0.0
+        peak_kb, sampled = 0, 0.0
         try:
             while True:
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -132,7 +143,7 @@ def run_measured(cmd: list[str], log: Path, timeout: float, cwd: Path | None = N
                 now = time.monotonic()
                 if now - sampled >= 0.2:
                     sampled = now
-                    peak_pss = max(peak_pss, tree_pss_kb(proc.pid))
+                    peak_kb = max(peak_kb, tree_pss_kb(proc.pid), vm_hwm_kb(proc.pid))
                 if not timed_out and now > deadline:
                     timed_out = True
                     killed_at = now
@@ -146,7 +157,7 @@ def run_measured(cmd: list[str], log: Path, timeout: float, cwd: Path | None = N
             raise
         wall = time.monotonic() - start
     proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait again
-    return Proc(wall, usage.ru_utime, usage.ru_stime, max(usage.ru_maxrss, peak_pss),
+    return Proc(wall, usage.ru_utime, usage.ru_stime, peak_kb,
                 proc.returncode, timed_out, t_start, t_start + wall)
 
 

@@ -138,10 +138,19 @@ def test_index_finds_near_copies_among_many(tmp_path: Path) -> None:
         is None
     keys = rows(tmp_path / "d.db", "SELECT COUNT(*) AS n FROM near_dup_keys")[0]["n"]
     assert keys == 300 * dedup.BANDS
-    # a recrawl replaces the page's signature and keys
-    again = Candidate(1, "http://a/0", 0)
+    # a recrawl (the todo list gives the last exit code) replaces the page's signature and keys
+    again = Candidate(1, "http://a/0", 0, exit_code="OK")
     action = CrawlAction(again, "http://a", ExitCode.OK, 0.0)
     action.near_signature = sig
     store.record(action, 2)
     assert rows(tmp_path / "d.db", "SELECT COUNT(*) AS n FROM near_dup_keys")[0]["n"] == keys
+    # a first crawl recorded twice (another worker took it after a lost lease) is no error:
+    # the signature is the last one, the first one's keys stay unused
+    twice = Candidate(2, "http://a/1", 0)
+    for text in (article(7), article(8)):
+        action = CrawlAction(twice, "http://a", ExitCode.OK, 0.0)
+        action.near_signature = dedup.signature(" ".join(text))
+        store.record(action, 2)
+    stored = rows(tmp_path / "d.db", "SELECT signature FROM near_dup WHERE candidate = 2")
+    assert [r["signature"] for r in stored] == [dedup.signature(" ".join(article(8)))]
     store.close()

@@ -244,20 +244,23 @@ class Fetcher:
         lim = self.limits
         limit = max_body or lim.max_body_size
         started = time.monotonic()
-        total = asyncio.timeout(lim.total_timeout)
-        first_byte = asyncio.timeout(lim.first_byte_timeout)
+        # one deadline: the first-byte timeout until the response head is in, then the total
+        loop_started = asyncio.get_running_loop().time()
+        deadline = asyncio.timeout(min(lim.first_byte_timeout, lim.total_timeout))
+        head = False
         try:
-            async with total:
+            async with deadline:
                 target = URL(url, encoded=True)  # normalized: percent-encoded already
                 self._check_literal_address(target.raw_host or "")
-                async with first_byte:
-                    resp = await self._session.get(target, headers=headers, allow_redirects=False)
+                resp = await self._session.get(target, headers=headers, allow_redirects=False)
+                head = True
+                deadline.reschedule(loop_started + lim.total_timeout)
                 async with resp:
                     return await self._read(resp, url, limit, truncate, started)
         except FetchError:
             raise
         except TimeoutError as exc:
-            raise FetchError(ExitCode.TIMEOUT, self._timeout_detail(exc, total, first_byte,
+            raise FetchError(ExitCode.TIMEOUT, self._timeout_detail(exc, deadline, head,
                                                                     started)) from None
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, _BlockedAddress):
@@ -308,16 +311,16 @@ class Fetcher:
         return Response(url, resp.status, hdrs, b"".join(parts), time.monotonic() - started)
 
     def _timeout_detail(
-        self, exc: BaseException, total: asyncio.Timeout, first_byte: asyncio.Timeout,
-        started: float,
+        self, exc: BaseException, deadline: asyncio.Timeout, head: bool, started: float
     ) -> str:
         lim = self.limits
         took = f"after {time.monotonic() - started:.1f}s"
-        if total.expired():
+        first_byte = lim.first_byte_timeout < lim.total_timeout and not head
+        if deadline.expired() and not first_byte:
             return f"total timeout ({lim.total_timeout}s) {took}"
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             return f"connect timeout ({lim.connect_timeout}s) {took}"
-        if first_byte.expired():
+        if deadline.expired():
             return f"first-byte timeout ({lim.first_byte_timeout}s) {took}"
         if isinstance(exc, aiohttp.SocketTimeoutError):
             return f"read-idle timeout ({lim.read_timeout}s without data) {took}"

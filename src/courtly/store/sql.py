@@ -214,7 +214,7 @@ class SqlStore:
                      action.detail, action.recrawl_interval, c.id),
                 )
             if action.near_signature is not None:
-                self._save_signature(c.id, action.near_signature)
+                self._save_signature(c.id, action.near_signature, c.exit_code is not None)
             if action.redirect_target is not None and action.http_status is not None:
                 self._x(
                     "INSERT INTO redirects (url, target, status, seen) VALUES (?, ?, ?, ?) "
@@ -233,18 +233,25 @@ class SqlStore:
                 self._insert_links(action.links)
         self.seen.put(c.url, state)
 
-    def _save_signature(self, candidate: int, signature: bytes) -> None:
-        """Store a page's MinHash signature and its band keys (in the caller's transaction)."""
-        old = self._x(
+    def _save_signature(self, candidate: int, signature: bytes, crawled_before: bool) -> None:
+        """Store a page's MinHash signature and its band keys (in the caller's transaction).
+
+        A page crawled before may have a signature: its keys are replaced. A first crawl has none
+        to read (a second worker crawling it after a lost lease only leaves unused keys).
+        """
+        old = crawled_before and self._x(
             "SELECT signature FROM near_dup WHERE candidate = ?", (candidate,)
         ).fetchone()
-        if old is not None:
+        if old:
             self._xmany(
                 "DELETE FROM near_dup_keys WHERE key = ? AND candidate = ?",
                 [(key, candidate) for key in dedup.band_keys(bytes(old[0]))],
             )
-            self._x("DELETE FROM near_dup WHERE candidate = ?", (candidate,))
-        self._x("INSERT INTO near_dup (candidate, signature) VALUES (?, ?)", (candidate, signature))
+        self._x(
+            "INSERT INTO near_dup (candidate, signature) VALUES (?, ?) ON CONFLICT (candidate) "
+            "DO UPDATE SET signature = excluded.signature",
+            (candidate, signature),
+        )
         self._xmany(
             "INSERT INTO near_dup_keys (key, candidate) VALUES (?, ?) ON CONFLICT DO NOTHING",
             [(key, candidate) for key in dedup.band_keys(signature)],
