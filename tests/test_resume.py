@@ -13,6 +13,7 @@ import pytest
 from courtly.model import Link
 from courtly.site import Page, html
 from courtly.store.sqlite import SqliteStore
+from courtly.strategy import BreadthFirst, Response
 from tests.conftest import courtly, courtly_process, fetched_paths, rows
 
 PAGES = 60
@@ -118,3 +119,40 @@ def test_sigterm_and_sigint_stop_cleanly_and_resume(serve, db: Path, tmp_path: P
     counts = completed_once(db)
     assert len(counts) == PAGES + 1 and set(counts.values()) == {1}
     assert len(fetched_paths(site, "a")) == PAGES + 1
+
+
+class SlowClose(BreadthFirst):
+    """Breadth-first, with a close() at the end of a crawl that takes a while (module:Class)."""
+
+    crawled = 0
+
+    def page_crawled(self, response: Response) -> None:
+        """Count the pages (the add-seeds step closes its own instance before any)."""
+        self.crawled += 1
+
+    def close(self) -> None:
+        """After a crawl: say so in a file, then take a second and a half."""
+        super().close()
+        if self.crawled:
+            Path(self.args["marker"]).write_text("closing")
+            time.sleep(1.5)
+
+
+def test_a_signal_during_the_shut_down_still_exits_cleanly(serve, db: Path,
+                                                           tmp_path: Path) -> None:
+    site = serve({"a": {"/": Page(html("home", ["/b"])), "/b": Page(html("b", []))}})
+    marker = tmp_path / "closing"
+    config = tmp_path / "crawl.toml"
+    config.write_text(f'strategy = "tests.test_resume:SlowClose"\n'
+                      f'[strategy_args]\nmarker = "{marker}"\n')
+    proc = courtly_process("crawl", site.url("a"), "--db", db, "--min-delay", "0",
+                           "--progress", "off", "--config", config)
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert marker.exists(), "the crawl never reached its shut-down"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "finished" in err
+    assert len(completed_once(db)) == 2

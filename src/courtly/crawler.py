@@ -126,6 +126,15 @@ class Crawler:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stop, f"stopped by {signal.Signals(sig).name}")
+        try:  # a signal during the shut-down is handled too: it is already stopping
+            return await self._crawl_until_done()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    async def _crawl_until_done(self) -> CrawlStats:
+        """Dispatch turns until done or stopped, then drain, commit and close the strategy."""
+        fleet = self.assignment
         # the address guard lets through the seeds' own hosts, not the origins found in scope
         hosts = {host_of(o + "/") for o in self.store.seed_origins()}
         async with Fetcher(
@@ -144,8 +153,6 @@ class Crawler:
                     follow.cancel()
                 await self._drain()
                 self.pages.close()
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
         if not self.stats.stop_reason:
             self.stats.stop_reason = "finished: no origin has work left"
             self.store.finish_run(self.run_id)
