@@ -65,14 +65,21 @@ U64 = npt.NDArray[np.uint64]
 _K1, _K2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
 
 
+_S27, _S30, _S31, _S48 = np.uint64(27), np.uint64(30), np.uint64(31), np.uint64(48)
+_BIN_MASK = np.uint64(BINS - 1)  # BINS is a power of two
+
+
 def _mix(h: U64) -> U64:
-    """splitmix64's finalizer: every input bit affects every output bit."""
-    h = h ^ (h >> np.uint64(30))
+    """splitmix64's finalizer, in place: every input bit affects every output bit."""
+    shifted = h >> _S30
+    h ^= shifted
     h *= _K1
-    h ^= h >> np.uint64(27)
+    np.right_shift(h, _S27, out=shifted)
+    h ^= shifted
     h *= _K2
-    out: U64 = h ^ (h >> np.uint64(31))
-    return out
+    np.right_shift(h, _S31, out=shifted)
+    h ^= shifted
+    return h
 
 
 def word_hashes(text: str) -> U64:
@@ -85,12 +92,20 @@ def word_hashes(text: str) -> U64:
         text.lower().encode("utf-8", "replace")[:TEXT_LIMIT].translate(_SEPARATORS),
         dtype=np.uint8,
     )
-    inside = np.concatenate(([False], data > 32, [False]))
+    n = len(data)
+    inside = np.zeros(n + 2, dtype=np.bool_)
+    np.greater(data, 32, out=inside[1:-1])
     edges = np.flatnonzero(inside[1:] != inside[:-1])
     starts, ends = edges[::2], edges[1::2]
+    sums = np.empty(n + 1, dtype=np.uint64)  # sums[i]: the hash of data[:i], unscaled
+    sums[0] = 0
     with np.errstate(over="ignore"):
-        sums = np.concatenate(([np.uint64(0)], np.cumsum(data * _POWERS[: len(data)])))
-        return _mix((sums[ends] - sums[starts]) * _INVERSES[starts])
+        np.multiply(data, _POWERS[:n], out=sums[1:])
+        np.cumsum(sums[1:], out=sums[1:])
+        h = sums[ends]
+        h -= sums[starts]
+        h *= _INVERSES[starts]
+        return _mix(h)
 
 
 def shingle_hashes(words: U64) -> U64:
@@ -99,7 +114,10 @@ def shingle_hashes(words: U64) -> U64:
         return np.array([np.bitwise_xor.reduce(words)], dtype=np.uint64)
     n = len(words) - SHINGLE + 1
     with np.errstate(over="ignore"):
-        return _mix(words[:n] * _K1 ^ words[1:n + 1] * _K2 ^ words[2:n + 2])
+        h = words[:n] * _K1
+        h ^= words[1:n + 1] * _K2
+        h ^= words[2:n + 2]
+        return _mix(h)
 
 
 def signature(text: str, min_words: int = MIN_WORDS) -> bytes | None:
@@ -109,11 +127,12 @@ def signature(text: str, min_words: int = MIN_WORDS) -> bytes | None:
         return None
     h = shingle_hashes(words)
     sig = np.full(BINS, _EMPTY, dtype=np.uint32)
-    bins = (h % np.uint64(BINS)).astype(np.intp)
-    np.minimum.at(sig, bins, (h >> np.uint64(48)).astype(np.uint32))
+    np.minimum.at(sig, (h & _BIN_MASK).astype(np.intp), (h >> _S48).astype(np.uint32))
+    values = sig.tolist()
+    if _EMPTY not in values:
+        return _PACK.pack(*values)
     # rotation densification: an empty bin takes the next filled bin's value, moved by the
     # distance, so two pages with the same filled bins get the same values
-    values = sig.tolist()
     out = list(values)
     for i in np.flatnonzero(sig == _EMPTY).tolist():
         step = 1

@@ -15,6 +15,15 @@ from courtly.store.base import OriginState, StoreError
 from courtly.store.schema import MIGRATIONS
 from courtly.store.seen import SeenCache
 
+#: whether any page shares one of a signature's band keys: one index probe per key (a page with
+#: no near-duplicate, the common case, is settled by this alone)
+_ANY_KEY = " UNION ALL ".join(["SELECT 1 FROM near_dup_keys WHERE key = ?"] * dedup.BANDS) + (
+    " LIMIT 1"
+)
+_INSERT_KEYS = (  # a page's band keys in one statement
+    "INSERT INTO near_dup_keys (key, candidate) VALUES "
+    + ", ".join(["(?, ?)"] * dedup.BANDS) + " ON CONFLICT DO NOTHING"
+)
 EXPORT_COLUMNS = (
     "url", "origin", "state", "exit_code", "http_status", "last_crawl", "next_due",
     "content_type", "content_length", "redirect_target", "canonical", "duplicate_of",
@@ -252,15 +261,14 @@ class SqlStore:
             "DO UPDATE SET signature = excluded.signature",
             (candidate, signature),
         )
-        self._xmany(
-            "INSERT INTO near_dup_keys (key, candidate) VALUES (?, ?) ON CONFLICT DO NOTHING",
-            [(key, candidate) for key in dedup.band_keys(signature)],
-        )
+        self._x(_INSERT_KEYS, [v for key in dedup.band_keys(signature) for v in (key, candidate)])
 
     def find_similar(
         self, signature: bytes, url: str, min_similarity: float
     ) -> tuple[str, float] | None:
         keys = dedup.band_keys(signature)
+        if self._x(_ANY_KEY, keys).fetchone() is None:
+            return None
         marks = ", ".join("?" * len(keys))
         rows = self._x(
             # the keys first (index), then each page by primary key: a planner must not start
