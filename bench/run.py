@@ -98,27 +98,24 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
+def _proc_kb(pid: int, file: str, field: str) -> int:
+    """A "Field:  N kB" line of /proc/PID/<file> (0 once the process is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/{file}").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in text.splitlines()
+                 if line.startswith(field + ":")), 0)
+
+
 def tree_pss_kb(pid: int) -> int:
     """Proportional set size of pid and its descendants (shared pages counted once in all)."""
-    total = 0
-    for p in _tree(pid):
-        try:
-            text = Path(f"/proc/{p}/smaps_rollup").read_text()
-        except OSError:
-            continue
-        total += next((int(line.split()[1]) for line in text.splitlines()
-                       if line.startswith("Pss:")), 0)
-    return total
+    return sum(_proc_kb(p, "smaps_rollup", "Pss") for p in _tree(pid))
 
 
 def vm_hwm_kb(pid: int) -> int:
     """The peak resident set of one process since its exec (VmHWM)."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    return next((int(line.split()[1]) for line in text.splitlines()
-                 if line.startswith("VmHWM:")), 0)
+    return _proc_kb(pid, "status", "VmHWM")
 
 
 def run_measured(cmd: list[str], log: Path, timeout: float, cwd: Path | None = None) -> Proc:
