@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from pathlib import Path
 
 from courtly import dedup
@@ -124,6 +125,30 @@ def test_signatures_are_those_stored_by_earlier_versions() -> None:
     sig = dedup.signature(text)
     assert sig is not None and len(sig) == 2 * dedup.BINS
     assert hashlib.sha256(sig).hexdigest()[:32] == "15c81cf3d4e8cc501a6ae18165091fda"
+
+
+def test_word_hashes_match_a_word_by_word_reference() -> None:
+    """The vectorized word hashes equal each word's polynomial hash, mixed, computed one by one."""
+    separators = re.compile(rb"[\x00-\x20!-/:-@\[-^`{-~]+")  # ASCII punctuation but '_'
+    mask = (1 << 64) - 1
+
+    def reference(text: str) -> list[int]:
+        out = []
+        for word in separators.split(text.lower().encode("utf-8", "replace")[:dedup.TEXT_LIMIT]):
+            if word:
+                h = sum(byte * pow(0x100000001B3, j, 1 << 64) for j, byte in enumerate(word)) & mask
+                for shift, factor in ((30, 0x9E3779B97F4A7C15), (27, 0xC2B2AE3D27D4EB4F)):
+                    h = (h ^ h >> shift) * factor & mask
+                out.append(h ^ h >> 31)
+        return out
+
+    rng = random.Random(3)
+    alphabet = "aZ_9 \t\n.,-'!~\x7fé€😀\ud800"
+    texts = ["", " ", "a", " a", "a ", "ab, c", "x" * (dedup.TEXT_LIMIT + 5),
+             "y " * (dedup.TEXT_LIMIT // 2 - 1) + "é" * 10]
+    texts += ["".join(rng.choices(alphabet, k=rng.randrange(60))) for _ in range(300)]
+    for text in texts:
+        assert dedup.word_hashes(text).tolist() == reference(text), text[:80]
 
 
 def test_index_finds_near_copies_among_many(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import zstandard
 
 from courtly.config import Normalize
 from courtly.pageworker import PageAnalysis, PageSettings, PageWorker, analyse_page
+from courtly.parse import parse_html
 from courtly.site import Page, html
 from tests.conftest import candidates, courtly, rows
 
@@ -59,6 +60,19 @@ def test_analyse_page_resolves_filters_and_fingerprints() -> None:
     assert base.links == [("http://127.0.0.1:8000/elsewhere/c.html", "c.html")]
     rel = analyse_page(settings(near=False), URL, PAGES[6].encode(), None, "")
     assert rel.links == [("http://127.0.0.1:8000/k", "kept")] and rel.near_signature is None
+
+
+def test_parse_reads_links_in_document_order_and_the_first_title() -> None:
+    page = parse_html(
+        b"<a href=/a>A</a><title> First </title><area href=/b rel='NoFollow ugc'>"
+        b"<a href=/c rel=''>C</a><a href=/d rel=nofollowed>D</a><a href=/e REL=' NOFOLLOW '>E</a>"
+        b"<svg><title>svg</title></svg><title>second</title><a href='/f' rel>F</a>",
+        None, "courtly", 10,
+    )
+    assert page.title == "First"
+    assert page.links == [("/a", "A", False), ("/b", "", True), ("/c", "C", False),
+                          ("/d", "D", False), ("/e", "E", True), ("/f", "F", False)]
+    assert parse_html(b"<svg><title>s</title></svg><title>t</title>", None, "c", 1).title == "s"
 
 
 async def _analyse_all(worker: PageWorker) -> list[PageAnalysis]:

@@ -24,9 +24,11 @@ def test_new_links_are_the_upserts_that_could_change_something() -> None:
     # CRAWLED: never changed by an upsert; a NOT_CRAWLED score only rises; absent is inserted
     assert [(lk.url.rsplit("/", 1)[1], lk.score) for lk in seen.new_links(links)] == [
         ("fresh", 0.6), ("absent", 0.2), ("unknown", 0.1)]
-    assert seen.lookup(f"{ORG}/absent") == (True, LinkState.NOT_CRAWLED)  # inserted by that upsert
+    # inserted by that upsert
+    assert seen.known([f"{ORG}/absent"]) == ({f"{ORG}/absent": LinkState.NOT_CRAWLED}, [])
     assert seen.new_links([Link(f"{ORG}/fresh", ORG, 1, 0.6)]) == []  # the raised score is known
-    assert seen.lookup(f"{ORG}/unknown") == (False, None)  # its state after the upsert is unknown
+    # its state after the upsert is unknown
+    assert seen.known([f"{ORG}/unknown"]) == ({}, [f"{ORG}/unknown"])
 
 
 def test_the_cache_is_bounded_oldest_out() -> None:
@@ -35,9 +37,10 @@ def test_the_cache_is_bounded_oldest_out() -> None:
         seen.put(f"{ORG}/{i}", LinkState.CRAWLED)
     seen.put(f"{ORG}/2", LinkState.ERROR)  # re-put: the newest again
     seen.put(f"{ORG}/5", LinkState.CRAWLED)
-    hits = [i for i in range(6) if seen.lookup(f"{ORG}/{i}")[0]]
-    assert hits == [2, 4, 5]
-    assert seen.lookup(f"{ORG}/2") == (True, LinkState.ERROR)
+    states, unknown = seen.known(f"{ORG}/{i}" for i in range(6))
+    assert unknown == [f"{ORG}/{i}" for i in (0, 1, 3)]
+    assert states == {f"{ORG}/2": LinkState.ERROR, f"{ORG}/4": LinkState.CRAWLED,
+                      f"{ORG}/5": LinkState.CRAWLED}
 
 
 def test_store_states_agree_with_the_database_through_the_cache(tmp_path: Path) -> None:
@@ -75,13 +78,13 @@ def test_a_failed_write_empties_the_cache(tmp_path: Path) -> None:
         store.add_origins([ORG])
         store.add_links([Link(f"{ORG}/a", ORG, 0, 1.0)])
         store.states([f"{ORG}/a"])
-        assert store.seen.lookup(f"{ORG}/a")[0]
+        assert store.seen.known([f"{ORG}/a"])[1] == []
         ghost = Candidate(10**9, f"{ORG}/ghost", 0, 1.0)
         bad = CrawlAction(ghost, ORG, ExitCode.OK, time.time(), http_status=200)
         bad.near_signature = "not bytes"  # type: ignore[assignment]  # fails half-way
         with pytest.raises(TypeError):
             store.record(bad, store.begin_run())
-        assert not store.seen.lookup(f"{ORG}/a")[0]
+        assert store.seen.known([f"{ORG}/a"])[1] == [f"{ORG}/a"]
     finally:
         store.close()
 
@@ -90,6 +93,6 @@ def test_an_integer_score_is_still_a_score() -> None:
     seen = SeenCache()
     seen.absent(f"{ORG}/x")
     assert seen.new_links([Link(f"{ORG}/x", ORG, 0, 1)])  # type checkers aside, 1 is a score
-    assert seen.lookup(f"{ORG}/x") == (True, LinkState.NOT_CRAWLED)
+    assert seen.known([f"{ORG}/x"]) == ({f"{ORG}/x": LinkState.NOT_CRAWLED}, [])
     seen.put(f"{ORG}/y", LinkState.NOT_CRAWLED, 0)
-    assert seen.lookup(f"{ORG}/y") == (True, LinkState.NOT_CRAWLED)
+    assert seen.known([f"{ORG}/y"]) == ({f"{ORG}/y": LinkState.NOT_CRAWLED}, [])

@@ -587,6 +587,7 @@ class Crawler:
 
     def _scheduled_links(self, vetted: Collection[str] = ()) -> list[Link]:
         out = []
+        crawlers = self.crawlers
         for item in self.strategy.take_scheduled():
             url = item.request.url
             if url not in vetted:
@@ -598,10 +599,11 @@ class Crawler:
                 continue
             origin = origin_of(url)
             out.append(Link(url, origin, item.request.depth, item.score))
-            known = self.crawlers.get(origin)
-            if known is not None and known.finished and self.assignment is None:
-                self._reopen(known)
-            if origin not in self.crawlers and self.policy.origin_for(url) == origin:
+            known = crawlers.get(origin)
+            if known is not None:
+                if known.finished and self.assignment is None:
+                    self._reopen(known)
+            elif self.policy.origin_for(url) == origin:
                 if self.assignment is not None:
                     self.assignment.new_origin(origin)  # crawled by its partition's owner
                     continue

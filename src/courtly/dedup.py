@@ -50,23 +50,27 @@ _PUNCTUATION = b"!\"#$%&'()*+,-./:;<=>?@[\\]^`{|}~"  # all but '_', a word chara
 _SEPARATORS = bytes.maketrans(_PUNCTUATION, b" " * len(_PUNCTUATION))
 #: only the first TEXT_LIMIT bytes of a page's text are fingerprinted
 TEXT_LIMIT = 64 * 1024
-_P = np.uint64(0x100000001B3)  # odd, so invertible modulo 2**64
+_P = 0x100000001B3  # odd, so invertible modulo 2**64
+U64 = npt.NDArray[np.uint64]
+
+
+def _u64(value: int) -> U64:
+    """A 0-d uint64 array: ufuncs take it faster than a NumPy scalar (same results)."""
+    return np.array(value, dtype=np.uint64)
 
 
 def _powers(base: int) -> U64:
-    """base**i modulo 2**64 for i in 0..TEXT_LIMIT."""
-    out = np.cumprod(np.full(TEXT_LIMIT, np.uint64(base), dtype=np.uint64))
+    """base**i modulo 2**64 for i in 0..TEXT_LIMIT + 2 (the text and a space either side)."""
+    out = np.cumprod(np.full(TEXT_LIMIT + 2, np.uint64(base), dtype=np.uint64))
     return np.concatenate(([np.uint64(1)], out))
 
 
-_POWERS = _powers(int(_P))
-_INVERSES = _powers(pow(int(_P), -1, 1 << 64))
-U64 = npt.NDArray[np.uint64]
-_K1, _K2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
-
-
-_S27, _S30, _S31, _S48 = np.uint64(27), np.uint64(30), np.uint64(31), np.uint64(48)
-_BIN_MASK = np.uint64(BINS - 1)  # BINS is a power of two
+_POWERS = _powers(_P)
+_INVERSES = _powers(pow(_P, -1, 1 << 64))[1:]  # _INVERSES[i] = _P**-(i + 1)
+_K1, _K2 = _u64(0x9E3779B97F4A7C15), _u64(0xC2B2AE3D27D4EB4F)
+_S27, _S30, _S31, _S48 = _u64(27), _u64(30), _u64(31), _u64(48)
+_BIN_MASK = np.array(BINS - 1, dtype=np.int64)  # BINS is a power of two; int64 to index with
+_NO_VALUES = np.full(BINS, _EMPTY, dtype=np.uint64)
 
 
 def _mix(h: U64) -> U64:
@@ -88,24 +92,19 @@ def word_hashes(text: str) -> U64:
     Written by hand, vectorized: polynomial prefix sums give every word's hash at once, where a
     per-word call to a hash function would cost more than the rest of the page's processing.
     """
-    data = np.frombuffer(
-        text.lower().encode("utf-8", "replace")[:TEXT_LIMIT].translate(_SEPARATORS),
+    data = np.frombuffer(  # a space either side: every word has a start and an end
+        b" " + text.lower().encode("utf-8", "replace")[:TEXT_LIMIT].translate(_SEPARATORS) + b" ",
         dtype=np.uint8,
     )
-    n = len(data)
-    inside = np.zeros(n + 2, dtype=np.bool_)
-    np.greater(data, 32, out=inside[1:-1])
+    inside = data > 32
     edges = np.flatnonzero(inside[1:] != inside[:-1])
-    starts, ends = edges[::2], edges[1::2]
-    sums = np.empty(n + 1, dtype=np.uint64)  # sums[i]: the hash of data[:i], unscaled
-    sums[0] = 0
-    with np.errstate(over="ignore"):
-        np.multiply(data, _POWERS[:n], out=sums[1:])
-        np.cumsum(sums[1:], out=sums[1:])
-        h = sums[ends]
-        h -= sums[starts]
-        h *= _INVERSES[starts]
-        return _mix(h)
+    starts = edges[::2]  # a word is data[start + 1:end + 1]
+    sums = np.multiply(data, _POWERS[: len(data)])
+    np.add.accumulate(sums, out=sums)  # sums[i]: the hash of data[:i + 1], unscaled (uint64 wraps)
+    h = sums[edges[1::2]]
+    h -= sums[starts]
+    h *= _INVERSES[starts]
+    return _mix(h)
 
 
 def shingle_hashes(words: U64) -> U64:
@@ -113,11 +112,10 @@ def shingle_hashes(words: U64) -> U64:
     if len(words) < SHINGLE:
         return np.array([np.bitwise_xor.reduce(words)], dtype=np.uint64)
     n = len(words) - SHINGLE + 1
-    with np.errstate(over="ignore"):
-        h = words[:n] * _K1
-        h ^= words[1:n + 1] * _K2
-        h ^= words[2:n + 2]
-        return _mix(h)
+    h = words[:n] * _K1
+    h ^= words[1:n + 1] * _K2
+    h ^= words[2:n + 2]
+    return _mix(h)
 
 
 def signature(text: str, min_words: int = MIN_WORDS) -> bytes | None:
@@ -126,8 +124,8 @@ def signature(text: str, min_words: int = MIN_WORDS) -> bytes | None:
     if len(words) < min_words:
         return None
     h = shingle_hashes(words)
-    sig = np.full(BINS, _EMPTY, dtype=np.uint32)
-    np.minimum.at(sig, (h & _BIN_MASK).astype(np.intp), (h >> _S48).astype(np.uint32))
+    sig = _NO_VALUES.copy()
+    np.minimum.at(sig, h.view(np.int64) & _BIN_MASK, h >> _S48)  # the bin from the low bits
     values = sig.tolist()
     if _EMPTY not in values:
         return _PACK.pack(*values)

@@ -117,14 +117,14 @@ def analyse_page(
         return out
     seen: set[str] = set()
     links = out.links
-    for link in page.links:
-        if link.nofollow:
+    for href, text, nofollow in page.links:
+        if nofollow:
             continue
-        target = normalize(link.href, base, opts)
+        target = normalize(href, base, opts)
         if target is None or target in seen or target == url:
             continue
         seen.add(target)
-        links.append((target, link.text))
+        links.append((target, text))
     return out
 
 

@@ -12,7 +12,7 @@ _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]
 _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?([a-zA-Z0-9_.:-]+)""", re.I)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
          (codecs.BOM_UTF16_BE, "utf-16-be"))
-_SELECTOR = "a[href], area[href], base[href], link[rel][href], meta[name][content]"
+_SELECTOR = "a[href], area[href], base[href], link[rel][href], meta[name][content], title"
 
 #: HTML past this many bytes is not parsed (a DOM costs 10-30 times the HTML it is built from)
 MAX_PARSE_BYTES = 4 * 1024 * 1024
@@ -33,13 +33,9 @@ _TAG = re.compile(
 )
 
 
-@dataclass(slots=True)
-class PageLink:
-    """A raw link as written in the page (not yet resolved)."""
-
-    href: str
-    text: str
-    nofollow: bool
+#: a raw link as written in the page (not yet resolved): href, anchor text, rel="nofollow"
+#: (a tuple: a page can have thousands, and a dataclass costs four times as much to create)
+PageLink = tuple[str, str, bool]
 
 
 @dataclass(slots=True)
@@ -140,14 +136,20 @@ def parse_html(
     html = flatten(decode(body[:max_bytes], content_type))
     tree = LexborHTMLParser(html)
     robot_names = ("robots", token)
-    for node in tree.css(_SELECTOR):
+    links = page.links
+    title = None
+    for node in tree.css(_SELECTOR):  # in document order
         tag = node.tag
         attrs = node.attributes
         if tag == "a" or tag == "area":
-            if len(page.links) < max_links:
-                rel = (attrs.get("rel") or "").lower().split()
+            if len(links) < max_links:
+                rel = attrs.get("rel")  # usually absent
+                nofollow = rel is not None and "nofollow" in rel.lower().split()
                 text = node.text(strip=True)[:_MAX_ANCHOR] if tag == "a" else ""
-                page.links.append(PageLink(attrs.get("href") or "", text, "nofollow" in rel))
+                links.append((attrs.get("href") or "", text, nofollow))
+        elif tag == "title":
+            if title is None:
+                title = node
         elif tag == "base":
             if page.base is None:
                 page.base = (attrs.get("href") or "").strip()
@@ -158,7 +160,6 @@ def parse_html(
             noindex, nofollow = robots_directives(attrs.get("content") or "", token)
             page.noindex |= noindex
             page.nofollow |= nofollow
-    title = tree.css_first("title")
     if title is not None:
         page.title = title.text(strip=True)[:1000]
     if want_text and tree.body is not None:

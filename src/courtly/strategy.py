@@ -250,8 +250,9 @@ class CrawlingStrategy:
         batch = list(requests)
         known = self.context.states([r.url for r in batch])
         for r in batch:
-            r.state = known.get(r.url, LinkState.NOT_CRAWLED)
-            r.meta["known"] = r.url in known
+            state = known.get(r.url)
+            r.state = LinkState.NOT_CRAWLED if state is None else state
+            r.meta["known"] = state is not None
 
     def take_scheduled(self) -> list[Scheduled]:
         """Hand the scheduled requests to the crawler (and forget them)."""

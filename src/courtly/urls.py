@@ -123,6 +123,11 @@ def _normalize_path(path: str, opts: Normalize) -> str:
             return path
 
 
+# ada's C functions bound once: an attribute of the cffi module costs as much as a short call
+_ada_parse, _ada_parse_with_base = lib.ada_parse, lib.ada_parse_with_base
+_ada_get_href, _ada_free, _unpack = lib.ada_get_href, lib.ada_free, ffi.unpack
+
+
 def _href(url: str, base: str | None) -> str | None:
     """ada's serialization of url resolved against base; None if it is not a valid URL.
 
@@ -132,19 +137,20 @@ def _href(url: str, base: str | None) -> str | None:
     try:
         data = url.encode()
         if base is None:
-            parsed = lib.ada_parse(data, len(data))
+            parsed = _ada_parse(data, len(data))
         else:
             base_data = base.encode()
-            parsed = lib.ada_parse_with_base(data, len(data), base_data, len(base_data))
+            parsed = _ada_parse_with_base(data, len(data), base_data, len(base_data))
     except (TypeError, UnicodeError):
         return None
     try:
-        if not lib.ada_is_valid(parsed):
+        href = _ada_get_href(parsed)
+        if not href.length:  # ada's href of an invalid URL (a valid one has at least a scheme)
             return None
-        href = lib.ada_get_href(parsed)
-        return str(ffi.unpack(href.data, href.length).decode())
+        text: str = _unpack(href.data, href.length).decode()
+        return text
     finally:
-        lib.ada_free(parsed)
+        _ada_free(parsed)
 
 
 def normalize(url: str, base: str | None = None, opts: Normalize | None = None) -> str | None:
@@ -165,6 +171,9 @@ def normalize(url: str, base: str | None = None, opts: Normalize | None = None) 
         href = _ESCAPE_RE.sub(_fix_escape, href)
     if "%" in fragment:
         fragment = _ESCAPE_RE.sub(_fix_escape, fragment)
+    path_opts = opts.collapse_slashes or opts.drop_index or opts.drop_trailing_slash
+    if not path_opts and "?" not in href:
+        return href + fragment  # the common case: nothing more to do
     path_start = href.find("/", 8)  # special URLs always have a path; the authority has no '/'
 
     query_at = href.find("?", path_start)
@@ -178,7 +187,7 @@ def normalize(url: str, base: str | None = None, opts: Normalize | None = None) 
             query_part = "?" + query
     else:
         path, query_part = href[path_start:], ""
-    if opts.collapse_slashes or opts.drop_index or opts.drop_trailing_slash:
+    if path_opts:
         path = _normalize_path(path, opts)
     return href[:path_start] + path + query_part + fragment
 

@@ -32,14 +32,21 @@ class SeenCache:
         self.size = size
         self._entries: dict[int, LinkState | float] = {}
 
-    def lookup(self, url: str) -> tuple[bool, LinkState | None]:
-        """(whether the cache knows, the state: None when the URL is not in the database)."""
-        entry = self._entries.get(hash(url))
-        if entry is None:
-            return False, None
-        if isinstance(entry, float):
-            return True, None if entry == _ABSENT else LinkState.NOT_CRAWLED
-        return True, entry
+    def known(self, urls: Iterable[str]) -> tuple[dict[str, LinkState], list[str]]:
+        """The states the cache knows (a URL known to be absent from the database is left out)
+        and the URLs it does not know."""
+        states: dict[str, LinkState] = {}
+        unknown: list[str] = []
+        entries = self._entries
+        for url in urls:
+            entry = entries.get(hash(url))
+            if entry is None:
+                unknown.append(url)
+            elif not isinstance(entry, float):
+                states[url] = entry
+            elif entry != _ABSENT:
+                states[url] = LinkState.NOT_CRAWLED
+        return states, unknown
 
     def put(self, url: str, state: LinkState, score: float = 0.0) -> None:
         """Remember url's state as the database now has it."""

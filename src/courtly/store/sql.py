@@ -290,14 +290,7 @@ class SqlStore:
         return best
 
     def states(self, urls: list[str]) -> dict[str, LinkState]:
-        out: dict[str, LinkState] = {}
-        missing = []
-        for url in dict.fromkeys(urls):
-            hit, state = self.seen.lookup(url)
-            if not hit:
-                missing.append(url)
-            elif state is not None:
-                out[url] = state
+        out, missing = self.seen.known(dict.fromkeys(urls))
         for i in range(0, len(missing), 500):
             chunk = missing[i:i + 500]
             marks = ", ".join("?" * len(chunk))
