@@ -284,3 +284,54 @@ def test_frontier_queries_use_indexes_not_scans(tmp_path: Path) -> None:
         assert "USING" in plan, (sql, plan)
     con.close()
     store.close()
+
+
+def woven() -> dict[str, Page]:
+    """tree() with links back up and across: known, crawled and fresh links on each page."""
+    pages = tree()
+    pages["/a/1"] = Page(html("A1", ["/a/1/x", "/", "/b", "/a/2", "/c/z"]))
+    pages["/b"] = Page(html("B", ["/b/1", "/a", "/a/1", "/"]))
+    pages["/c/z"] = Page(html("CZ", ["/a/1/x", "/b/1"]))
+    return pages
+
+
+def test_base_link_handlers_are_computed_directly_with_the_same_result(
+    serve, db: Path, tmp_path: Path
+) -> None:
+    site = serve({"a": woven()})
+    generic = tmp_path / "generic.db"
+    assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
+    direct_order = fetched_paths(site, "a")
+    site.hits.clear()
+    run = courtly("crawl", site.url("a"), "--db", generic, "--min-delay", "0",
+                  "--strategy", "tests.test_strategy_user:GenericBreadthFirst")
+    assert run.status == 0, run.err
+    assert fetched_paths(site, "a") == direct_order
+    assert len(direct_order) == 9
+    keep = ("state", "depth", "score", "exit_code")
+    assert {u: [c[k] for k in keep] for u, c in candidates(db).items()} == {
+        u: [c[k] for k in keep] for u, c in candidates(generic).items()}
+
+
+def test_which_strategies_take_the_direct_link_path() -> None:
+    from tests.test_strategy_user import ExtraFromPageCrawled, GenericBreadthFirst, Topical
+
+    assert BUILTIN["breadth-first"]().has_base_link_handlers()
+    assert ExtraFromPageCrawled().has_base_link_handlers()
+    for cls in (GenericBreadthFirst, Topical, *(BUILTIN[n] for n in ("depth-first", "discovery",
+                                                                    "recrawl-only"))):
+        assert not cls().has_base_link_handlers(), cls
+    patched = CrawlingStrategy()
+    patched.links_extracted = lambda request, links: None  # type: ignore[method-assign]
+    assert not patched.has_base_link_handlers()
+
+
+def test_the_direct_link_path_keeps_what_page_crawled_scheduled(serve, db: Path) -> None:
+    pages = tree()
+    pages["/extra"] = Page(html("Extra", []))
+    site = serve({"a": pages})
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0",
+                  "--strategy", "tests.test_strategy_user:ExtraFromPageCrawled")
+    assert run.status == 0, run.err
+    assert "/extra" in fetched_paths(site, "a")
+    assert candidates(db)[site.url("a", "/extra")]["score"] == 0.2

@@ -59,3 +59,20 @@ class Topical(CrawlingStrategy):
     def finished(self) -> bool:
         """The goal: that many on-topic pages crawled."""
         return bool(self.goal) and self.relevant >= self.goal
+
+
+class GenericBreadthFirst(CrawlingStrategy):
+    """Breadth-first through the per-link handlers (the crawler's direct path is then off)."""
+
+    def links_extracted(self, request: Request, links: list[Request]) -> None:
+        """The base class's own rule, overridden only to take the per-link path."""
+        super().links_extracted(request, links)
+
+
+class ExtraFromPageCrawled(CrawlingStrategy):
+    """Base link handlers (the direct path) plus a URL scheduled from page_crawled."""
+
+    def page_crawled(self, response: Response) -> None:
+        """Schedule /extra from the first page."""
+        if response.request.url.endswith("/"):
+            self.schedule(self.create_request(response.request.url + "extra", 1), 0.2)

@@ -113,6 +113,7 @@ class Crawler:
             config.parse_workers,
         )
         strategy.bind(StoreContext(store, self._live_state))
+        self._base_link_handlers = strategy.has_base_link_handlers()
 
     def _live_state(self, origin: str) -> OriginState | None:
         crawler = self.crawlers.get(origin)
@@ -530,14 +531,29 @@ class Crawler:
         if page.nofollow:
             action.detail = "nofollow"
             return
+        self._page_links(action, page.links)
+
+    def _page_links(self, action: CrawlAction, links: list[tuple[str, str]]) -> None:
+        """A page's links (normalized, with their anchor text) in scope, through the strategy.
+
+        A strategy with the base class's link handlers gets their result without the objects:
+        the links never crawled, scored 1 / (1 + depth) (no per-link Request and Scheduled).
+        """
         depth = action.candidate.depth + 1
         in_scope = self.policy.in_scope
-        found = [
-            Request(target, depth, meta={"anchor": text})
-            for target, text in page.links
-            if in_scope(target)
-        ]
-        self._links(action, found, vetted=True)
+        if not self._base_link_handlers:
+            found = [Request(url, depth, meta={"anchor": text})
+                     for url, text in links if in_scope(url)]
+            self._links(action, found, vetted=True)
+            return
+        urls = [url for url, _ in links if in_scope(url)]
+        states = self.store.states(urls)
+        score = 1.0 / (1 + depth)
+        fresh = LinkState.NOT_CRAWLED
+        action.links.extend(self._scheduled_links())  # what page_crawled scheduled, if anything
+        action.links.extend(
+            self._link(url, depth, score) for url in urls if states.get(url, fresh) is fresh
+        )
 
     def _request(self, candidate: Candidate) -> Request:
         return Request(candidate.url, candidate.depth, candidate.score, state=LinkState.QUEUED)
@@ -587,7 +603,6 @@ class Crawler:
 
     def _scheduled_links(self, vetted: Collection[str] = ()) -> list[Link]:
         out = []
-        crawlers = self.crawlers
         for item in self.strategy.take_scheduled():
             url = item.request.url
             if url not in vetted:
@@ -595,21 +610,24 @@ class Crawler:
                 if normalized is None or not self.policy.in_scope(normalized):
                     continue
                 url = normalized
-            if item.dont_queue:
-                continue
-            origin = origin_of(url)
-            out.append(Link(url, origin, item.request.depth, item.score))
-            known = crawlers.get(origin)
-            if known is not None:
-                if known.finished and self.assignment is None:
-                    self._reopen(known)
-            elif self.policy.origin_for(url) == origin:
-                if self.assignment is not None:
-                    self.assignment.new_origin(origin)  # crawled by its partition's owner
-                    continue
+            if not item.dont_queue:
+                out.append(self._link(url, item.request.depth, item.score))
+        return out
+
+    def _link(self, url: str, depth: int, score: float) -> Link:
+        """A scheduled URL as a link to record; its origin's crawler is reopened or added."""
+        origin = origin_of(url)
+        known = self.crawlers.get(origin)
+        if known is not None:
+            if known.finished and self.assignment is None:
+                self._reopen(known)
+        elif self.policy.origin_for(url) == origin:
+            if self.assignment is not None:
+                self.assignment.new_origin(origin)  # crawled by its partition's owner
+            else:
                 self.store.add_origins([origin])
                 self._add_crawler(origin)
-        return out
+        return Link(url, origin, depth, score)
 
     def _record(self, crawler: OriginCrawler, action: CrawlAction) -> None:
         """Tell the strategy about errors, set the recrawl time, write it all in one transaction."""

@@ -254,6 +254,16 @@ class CrawlingStrategy:
             r.state = LinkState.NOT_CRAWLED if state is None else state
             r.meta["known"] = state is not None
 
+    def has_base_link_handlers(self) -> bool:
+        """Whether extracted links go through this class's own handlers unchanged (the crawler
+        then computes their result directly: breadth-first scores for the links never crawled)."""
+        own = vars(self)
+        return all(
+            getattr(type(self), name) is getattr(CrawlingStrategy, name) and name not in own
+            for name in ("filter_extracted_links", "refresh_states", "links_extracted",
+                         "schedule", "take_scheduled")
+        )
+
     def take_scheduled(self) -> list[Scheduled]:
         """Hand the scheduled requests to the crawler (and forget them)."""
         out, self.scheduled = self.scheduled, []
