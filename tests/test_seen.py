@@ -96,3 +96,25 @@ def test_an_integer_score_is_still_a_score() -> None:
     assert seen.known([f"{ORG}/x"]) == ({f"{ORG}/x": LinkState.NOT_CRAWLED}, [])
     seen.put(f"{ORG}/y", LinkState.NOT_CRAWLED, 0)
     assert seen.known([f"{ORG}/y"]) == ({f"{ORG}/y": LinkState.NOT_CRAWLED}, [])
+
+
+def test_a_failed_write_in_a_group_rolls_the_group_back(tmp_path: Path) -> None:
+    """Group commit: a write failing half-way undoes the whole open group, never half an action;
+    the store goes on with a new transaction (the crawl stops, and resumes from the last commit)."""
+    store = SqliteStore(str(tmp_path / "c.db"))
+    try:
+        store.add_origins([ORG])
+        store.commit_interval = 60.0
+        store.add_links([Link(f"{ORG}/a", ORG, 0, 1.0)])  # opens the group
+        ghost = Candidate(10**9, f"{ORG}/ghost", 0, 1.0)
+        bad = CrawlAction(ghost, ORG, ExitCode.OK, time.time(), http_status=200)
+        bad.near_signature = "not bytes"  # type: ignore[assignment]  # fails half-way
+        with pytest.raises(TypeError):
+            store.record(bad, store.begin_run())
+        assert store.states([f"{ORG}/a"]) == {}  # the group's link is gone too
+        assert store._db.execute("SELECT COUNT(*) FROM crawl_log").fetchone()[0] == 0
+        store.add_links([Link(f"{ORG}/b", ORG, 0, 1.0)])
+        store.flush()
+        assert store.states([f"{ORG}/b"]) == {f"{ORG}/b": LinkState.NOT_CRAWLED}
+    finally:
+        store.close()

@@ -16,9 +16,9 @@ from courtly.store.sql import SqlStore
 class SqliteStore(SqlStore):
     """Crawl database in one SQLite file (WAL mode).
 
-    Each crawl action's results are written atomically (a savepoint); with a commit interval,
-    the actions of that many seconds share one commit (group commit), which is what makes SQLite
-    fast: a crash loses at most that window, whose URLs are crawled again on resume.
+    Each crawl action's results are written atomically; with a commit interval, the actions of
+    that many seconds share one commit (group commit), which is what makes SQLite fast: a crash
+    or a failed write loses at most that window, whose URLs are crawled again on resume.
     """
 
     commit_interval = 0.0  # seconds; 0: every write commits at once
@@ -33,7 +33,7 @@ class SqliteStore(SqlStore):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the indexes stay hot
-            # each crawl action is a savepoint: its pages' undo copies go to memory, not to a
+            # a multi-row statement's undo copies (its statement journal) go to memory, not to a
             # temporary file (a write call per page changed: half the near-duplicate index's cost)
             self._db.execute("PRAGMA temp_store=MEMORY")
             # a checkpoint every 40 MB of log, not every 4 MB: a page rewritten by many group
@@ -90,50 +90,43 @@ class SqliteStore(SqlStore):
 
 
 class _Transaction:
-    """One atomic write: BEGIN IMMEDIATE … COMMIT, or a savepoint inside an open group commit.
+    """One atomic write: BEGIN IMMEDIATE … COMMIT, or a part of the open group commit.
 
-    SQLite errors become StoreError; a failed write is rolled back, never half applied.
+    SQLite errors become StoreError; a failed write is rolled back, never half applied: inside a
+    group, the whole group is (no savepoint per action, which cost each action a copy of every
+    page it touched; a failed write stops the crawl, and the group's URLs are crawled again on
+    resume, as after kill -9).
     """
 
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
         self._db = store._db
-        self._nested = False
 
     def __enter__(self) -> None:
         store = self._store
+        if store._batch_since is not None:
+            return
         try:
-            if store._batch_since is not None:
-                self._nested = True
-                self._db.execute("SAVEPOINT action")
-            else:
-                self._db.execute("BEGIN IMMEDIATE")
-                if store.commit_interval > 0:
-                    store._batch_since = time.monotonic()
-                    self._nested = True
-                    self._db.execute("SAVEPOINT action")
+            self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as exc:
             raise StoreError(_explain(exc, store.path)) from None
+        if store.commit_interval > 0:
+            store._batch_since = time.monotonic()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> None:
         store = self._store
         if kind is None:
             try:
-                if not self._nested:
+                if store._batch_since is None:
                     self._db.execute("COMMIT")
-                    return
-                self._db.execute("RELEASE action")
-                store.flush(store.commit_interval)
+                else:
+                    store.flush(store.commit_interval)
                 return
-            except sqlite3.DatabaseError as err:
+            except sqlite3.DatabaseError as err:  # COMMIT failed (flush rolls back itself)
                 exc = err
-        if not self._db.in_transaction:
-            store._batch_since = None  # SQLite rolled the whole group back (disk full, …)
-        elif self._nested:
-            self._db.execute("ROLLBACK TO action")
-            self._db.execute("RELEASE action")
-        else:
+        store._batch_since = None
+        if self._db.in_transaction:  # else SQLite rolled it back already (disk full, …)
             self._db.execute("ROLLBACK")
         if isinstance(exc, sqlite3.DatabaseError):
             raise StoreError(_explain(exc, store.path)) from None
