@@ -118,3 +118,21 @@ def test_a_failed_write_in_a_group_rolls_the_group_back(tmp_path: Path) -> None:
         assert store.states([f"{ORG}/b"]) == {f"{ORG}/b": LinkState.NOT_CRAWLED}
     finally:
         store.close()
+
+
+def test_a_failed_origin_write_in_a_group_forgets_the_groups_links(tmp_path: Path) -> None:
+    """A write outside `Store.record` failing inside a group rolls back the group's links too:
+    the seen cache must not remember them as inserted (they would never be upserted again)."""
+    store = SqliteStore(str(tmp_path / "c.db"))
+    try:
+        store.add_origins([ORG])
+        store.commit_interval = 60.0
+        assert store.states([f"{ORG}/a"]) == {}  # the cache now knows it is absent…
+        store.add_links([Link(f"{ORG}/a", ORG, 0, 1.0)])  # …and then inserted with this score
+        with pytest.raises(TypeError), store._tx():
+            raise TypeError("a failing write")
+        assert store.add_links([Link(f"{ORG}/a", ORG, 0, 1.0)]) == 1  # sent again, inserted
+        store.flush()
+        assert store.states([f"{ORG}/a"]) == {f"{ORG}/a": LinkState.NOT_CRAWLED}
+    finally:
+        store.close()

@@ -126,6 +126,7 @@ class _Transaction:
             except sqlite3.DatabaseError as err:  # COMMIT failed (flush rolls back itself)
                 exc = err
         store._batch_since = None
+        store.seen.clear()  # the rolled-back group may hold other writes the cache remembers
         if self._db.in_transaction:  # else SQLite rolled it back already (disk full, …)
             self._db.execute("ROLLBACK")
         if isinstance(exc, sqlite3.DatabaseError):
