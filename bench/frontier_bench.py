@@ -11,7 +11,7 @@ For each size N it builds a SQLite crawl database with N candidates spread over 
   (the database's origins include live 127.0.0.1 origins);
 - peak RSS of that `courtly crawl` (VmHWM), which runs 300 crawl actions.
 
-Usage: .venv/bin/python bench/frontier_bench.py [--sizes 100000 1000000 10000000] [--keep]
+Usage: .venv/bin/python bench/frontier_bench.py [--sizes 100000 1000000 10000000] [--cold]
 Databases are cached in bench/.cache/frontier/ (a 10M database takes a few minutes to build).
 """
 
@@ -75,15 +75,21 @@ def build(path: Path, n: int, live: list[str]) -> None:
 
 
 @contextmanager
-def fresh_copy(path: Path) -> Iterator[Path]:
-    """A throw-away copy of a built database, so every measurement starts from the same state."""
+def fresh_copy(path: Path, warm: bool) -> Iterator[Path]:
+    """A throw-away copy of a built database, so every measurement starts from the same state.
+
+    The copy is on disk before timing starts, as a crawl database is after its checkpoints
+    (otherwise the first checkpoint's fsync writes out the whole copy, 3 GB at 10M, inside a
+    measurement). warm: read once, so that the OS caches it as it would a crawl's database that
+    fits its RAM; the copy and its original may not both fit the page cache.
+    """
     copy = path.with_suffix(".copy.db")
     shutil.copyfile(path, copy)
-    # on disk before timing starts, as a crawl database is after its checkpoints: otherwise the
-    # first checkpoint's fsync writes out the whole fresh copy (3 GB at 10M) inside a measurement
     fd = os.open(copy, os.O_RDONLY)
     try:
         os.fsync(fd)
+        while warm and os.read(fd, 1 << 20):
+            pass
     finally:
         os.close(fd)
     try:
@@ -158,6 +164,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
+    ap.add_argument("--cold", dest="warm", action="store_false",
+                    help="do not read the database into the OS page cache before measuring")
     args = ap.parse_args()
     CACHE.mkdir(parents=True, exist_ok=True)
     pages = {"/": Page(html("home", []))}
@@ -171,9 +179,9 @@ def main() -> None:
             build(path, n, live)
             built = time.monotonic() - t0
             row = {"n": n, "build_s": built, "db_mb": path.stat().st_size / 1e6}
-            with fresh_copy(path) as copy:
+            with fresh_copy(path, args.warm) as copy:
                 row |= measure_store(copy, n)
-            with fresh_copy(path) as copy:
+            with fresh_copy(path, args.warm) as copy:
                 row |= measure_resume(copy, site)
             results[n] = row
             print(json.dumps(row), flush=True)
