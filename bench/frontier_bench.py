@@ -77,16 +77,14 @@ def build(path: Path, n: int, live: list[str]) -> None:
     tmp.rename(path)
 
 
-@contextmanager
-def fresh_copy(path: Path, warm: bool) -> Iterator[Path]:
-    """A throw-away copy of a built database, so every measurement starts from the same state.
+def synced_copy(path: Path, copy: Path, warm: bool) -> None:
+    """Copy a built database and put the copy on disk before timing starts.
 
-    The copy is on disk before timing starts, as a crawl database is after its checkpoints
-    (otherwise the first checkpoint's fsync writes out the whole copy, 3 GB at 10M, inside a
-    measurement). warm: read once, so that the OS caches it as it would a crawl's database that
-    fits its RAM; the copy and its original may not both fit the page cache.
+    A crawl database is on disk after its checkpoints; an unsynced copy's first checkpoint would
+    write out the whole file (3 GB at 10M) inside a measurement. warm: read once, so that the OS
+    caches it as it would a crawl's database that fits its RAM; the copy and its original may not
+    both fit the page cache.
     """
-    copy = path.with_suffix(".copy.db")
     shutil.copyfile(path, copy)
     fd = os.open(copy, os.O_RDONLY)
     try:
@@ -95,6 +93,13 @@ def fresh_copy(path: Path, warm: bool) -> Iterator[Path]:
             pass
     finally:
         os.close(fd)
+
+
+@contextmanager
+def fresh_copy(path: Path, warm: bool) -> Iterator[Path]:
+    """A throw-away synced copy of a built database: every measurement starts from one state."""
+    copy = path.with_suffix(".copy.db")
+    synced_copy(path, copy, warm)
     try:
         yield copy
     finally:

@@ -26,6 +26,7 @@ Usage:
   .venv/bin/python bench/run.py [--origins 50] [--pages 1000] [--concurrency 16] [--rounds 2]
                                 [--only scrapy|courtly] [--timeout 1800] [--json OUT]
   .venv/bin/python bench/run.py --politeness 10 0.5 [--per-origin 20]
+  .venv/bin/python bench/run.py --only courtly --frontier bench/.cache/frontier/frontier-10000000.db
 """
 
 from __future__ import annotations
@@ -208,6 +209,8 @@ allow_private_addresses = true
 #: --lean: courtly doing what Scrapy does and no more (no content kept, no duplicate detection)
 LEAN_TOML = "store_content = false\n[dedup]\nexact = false\nnear = false\n"
 LEAN = False
+#: --frontier: start courtly from a copy of this database (None: an empty one)
+FRONTIER: Path | None = None
 
 
 @dataclass
@@ -224,6 +227,8 @@ def run_courtly(seeds: list[str], work: Path, tag: str, concurrency: int, timeou
     db = work / f"{tag}.db"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
+    if FRONTIER is not None:
+        start_from(FRONTIER, db)
     toml = work / "crawl.toml"
     toml.write_text(COURTLY_TOML.format(lean=LEAN_TOML if LEAN else ""))
     cmd = [str(COURTLY), "crawl", *seeds, "--db", str(db), "--min-delay", str(min_delay),
@@ -232,6 +237,20 @@ def run_courtly(seeds: list[str], work: Path, tag: str, concurrency: int, timeou
         cmd += ["--max-actions", str(max_actions)]
     proc = run_measured(cmd, work / f"{tag}.log", timeout)
     return proc, read_courtly_db(db)
+
+
+def start_from(frontier: Path, db: Path) -> None:
+    """--frontier: courtly's database is a synced, cached copy of a frontier database
+    (bench/frontier_bench.py) whose own origins are not crawled: the crawl's pages are added to
+    millions of known URLs."""
+    frontier_bench = _load("courtly_bench_frontier", "frontier_bench.py")
+    frontier_bench.synced_copy(frontier, db, warm=True)
+    con = sqlite3.connect(db)
+    try:
+        con.execute("UPDATE origins SET configured = 0, seed = 0")
+        con.commit()
+    finally:
+        con.close()
 
 
 def read_courtly_db(db: Path) -> Fetched:
@@ -267,6 +286,8 @@ def read_courtly_db(db: Path) -> Fetched:
         fetched.info["error"] = f"sqlite: {exc}"
     finally:
         con.close()
+    if FRONTIER is not None:
+        return fetched  # exporting millions of other candidates would measure the export
     try:  # states of the crawl candidates, through the CLI as a user would see them
         out = subprocess.run([str(COURTLY), "export", "--db", str(db), "--format", "jsonl"],
                              capture_output=True, text=True, timeout=300, check=False)
@@ -588,6 +609,9 @@ def main() -> None:
     ap.add_argument("--lean", action="store_true",
                     help="courtly without content storage and duplicate detection (Scrapy's work)")
     ap.add_argument("--only", choices=["scrapy", "courtly"])
+    ap.add_argument("--frontier", type=Path, metavar="DB",
+                    help="courtly starts from a copy of this frontier database "
+                         "(bench/.cache/frontier/frontier-N.db, built by frontier_bench.py)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per crawl")
     ap.add_argument("--politeness", nargs=2, metavar=("H", "D"),
                     help="politeness-efficiency mode: H origins, delay D seconds")
@@ -596,8 +620,11 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=CACHE / "last-results.json")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (dbs, logs)")
     args = ap.parse_args()
-    global LEAN
+    global LEAN, FRONTIER
     LEAN = args.lean
+    if args.frontier is not None and not args.frontier.is_file():
+        raise SystemExit(f"--frontier: no database at {args.frontier} (run frontier_bench.py)")
+    FRONTIER = args.frontier
     # SIGTERM unwinds like Ctrl-C, so nginx and the running crawler are stopped too
     signal.signal(signal.SIGTERM, _terminate)
 
