@@ -43,7 +43,7 @@ from courtly.scheduler import (
     retry_after_seconds,
 )
 from courtly.store import OriginState, Store, StoreError
-from courtly.strategy import CrawlingStrategy, Request, StoreContext
+from courtly.strategy import CrawlingStrategy, Request, StoreContext, breadth_first_score
 from courtly.strategy import Response as StrategyResponse
 from courtly.urls import host_of, normalize, origin_of
 
@@ -537,7 +537,7 @@ class Crawler:
         """A page's links (normalized, with their anchor text) in scope, through the strategy.
 
         A strategy with the base class's link handlers gets their result without the objects:
-        the links never crawled, scored 1 / (1 + depth) (no per-link Request and Scheduled).
+        the links never crawled, with `breadth_first_score` (no per-link Request and Scheduled).
         """
         depth = action.candidate.depth + 1
         in_scope = self.policy.in_scope
@@ -548,7 +548,7 @@ class Crawler:
             return
         urls = [url for url, _ in links if in_scope(url)]
         states = self.store.states(urls)
-        score = 1.0 / (1 + depth)
+        score = breadth_first_score(depth)
         fresh = LinkState.NOT_CRAWLED
         action.links.extend(self._scheduled_links())  # what page_crawled scheduled, if anything
         action.links.extend(

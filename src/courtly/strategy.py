@@ -174,6 +174,11 @@ class DomainMetadata(MutableMapping[str, dict[str, Any]]):
         return saved
 
 
+def breadth_first_score(depth: int) -> float:
+    """The default score of a link at this depth: 1 / (1 + depth), seeds 1.0."""
+    return 1.0 / (1 + depth)
+
+
 class CrawlingStrategy:
     """Base class: override the event handlers; call `schedule()` to queue URLs with a score.
 
@@ -221,7 +226,7 @@ class CrawlingStrategy:
         """Schedule the extracted links that were never crawled (breadth-first by default)."""
         for link in links:
             if link.state in (None, LinkState.NOT_CRAWLED):
-                self.schedule(link, score=1.0 / (1 + link.depth))
+                self.schedule(link, score=breadth_first_score(link.depth))
 
     def request_error(self, request: Request, error: str) -> None:
         """A crawl action ended in an error (`error` is the exit code name)."""
@@ -328,7 +333,7 @@ class Discovery(CrawlingStrategy):
             if link.meta.get("sitemap"):  # a sitemap named by a sitemap index
                 self.schedule(link, self.SITEMAP_SCORE)
             else:
-                score = 0.9 if link.meta.get("from_sitemap") else 1.0 / (1 + link.depth)
+                score = 0.9 if link.meta.get("from_sitemap") else breadth_first_score(link.depth)
                 self._admit(link, score)
 
     def _admit(self, link: Request, score: float) -> None:
