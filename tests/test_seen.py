@@ -136,29 +136,3 @@ def test_a_failed_origin_write_in_a_group_forgets_the_groups_links(tmp_path: Pat
         assert store.states([f"{ORG}/a"]) == {f"{ORG}/a": LinkState.NOT_CRAWLED}
     finally:
         store.close()
-
-
-def test_links_the_cache_does_not_know_are_looked_up_before_the_upsert(tmp_path: Path) -> None:
-    db = str(tmp_path / "c.db")
-    store = SqliteStore(db)
-    try:
-        store.add_origins([ORG])
-        store.add_links([Link(f"{ORG}/{name}", ORG, 1, 0.5) for name in ("low", "high", "done")])
-        run = store.begin_run()
-        done = next(c for c in store.take_todo(ORG, run, 3, time.time()) if c.url.endswith("done"))
-        store.record(CrawlAction(done, ORG, ExitCode.OK, time.time(), http_status=200), run)
-    finally:
-        store.close()
-    cold = SqliteStore(db)  # an empty cache: every link below is unknown to it
-    try:
-        links = [Link(f"{ORG}/low", ORG, 2, 0.1), Link(f"{ORG}/high", ORG, 2, 0.9),
-                 Link(f"{ORG}/done", ORG, 2, 1.0), Link(f"{ORG}/new", ORG, 2, 0.3)]
-        assert cold.add_links(links) == 2  # the raised score and the new URL
-        states, unknown = cold.seen.known(lk.url for lk in links)
-        assert unknown == []  # all four were looked up (or written)
-        assert states[f"{ORG}/done"] is LinkState.CRAWLED
-        left = cold.take_todo(ORG, cold.begin_run(), 10, time.time())
-        assert sorted((c.url, c.score) for c in left) == [
-            (f"{ORG}/high", 0.9), (f"{ORG}/low", 0.5), (f"{ORG}/new", 0.3)]
-    finally:
-        cold.close()

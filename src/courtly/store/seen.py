@@ -2,12 +2,12 @@
 
 Most links on a page are already known, so asking the database for each one's state (for the
 strategy) and upserting it again (a no-op) was a sixth of the crawl process's time. The store keeps
-what it read and wrote about the most recent URLs and answers those from memory; an upsert that the
-database would ignore (`Store.add_links`: only a NOT_CRAWLED candidate's score may rise) is not
-sent, and links the cache does not know are looked up before they are upserted. Bounded and keyed
-by the URL string's own 64-bit hash (Python computes it once per string and keeps it: the same link
-string is looked up, then recorded), so memory stays flat however large the frontier. Two URLs
-sharing a key in a cache of SIZE entries: about one chance in 10**14 per lookup.
+what it read and wrote about the most recent URLs and answers those from memory; an upsert that
+the database would ignore (`Store.add_links`: only a NOT_CRAWLED candidate's score may rise) is
+not sent. Bounded and keyed by the URL string's own 64-bit hash (Python computes it once per
+string and keeps it: the same link string is looked up, then recorded), so memory stays flat
+however large the frontier. Two URLs sharing a key in a cache of SIZE entries: about one chance in
+10**14 per lookup.
 """
 
 from __future__ import annotations
@@ -47,11 +47,6 @@ class SeenCache:
             elif entry != _ABSENT:
                 states[url] = LinkState.NOT_CRAWLED
         return states, unknown
-
-    def unknown(self, urls: Iterable[str]) -> list[str]:
-        """The URLs the cache knows nothing about."""
-        entries = self._entries
-        return [url for url in urls if hash(url) not in entries]
 
     def put(self, url: str, state: LinkState, score: float = 0.0) -> None:
         """Remember url's state as the database now has it."""

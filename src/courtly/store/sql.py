@@ -135,9 +135,6 @@ class SqlStore:
             return self._insert_links(links)
 
     def _insert_links(self, links: list[Link]) -> int:
-        # what the seen cache does not know is looked up first: most links are known, and a
-        # lookup costs less than an upsert that changes nothing (a third less at 10M URLs)
-        self._look_up(self.seen.unknown(lk.url for lk in links))
         links = self.seen.new_links(links)  # the upserts that could change something
         if not links:
             return 0
@@ -294,21 +291,15 @@ class SqlStore:
 
     def states(self, urls: list[str]) -> dict[str, LinkState]:
         out, missing = self.seen.known(dict.fromkeys(urls))
-        out.update(self._look_up(missing))
-        return out
-
-    def _look_up(self, urls: list[str]) -> dict[str, LinkState]:
-        """The states of the URLs in the database; the seen cache learns them and the absent."""
-        out: dict[str, LinkState] = {}
-        for i in range(0, len(urls), 500):
-            chunk = urls[i:i + 500]
+        for i in range(0, len(missing), 500):
+            chunk = missing[i:i + 500]
             marks = ", ".join("?" * len(chunk))
             for url, state, score in self._x(
                 f"SELECT url, state, score FROM candidates WHERE url IN ({marks})", chunk
             ):
                 known = out[str(url)] = LinkState(state)
                 self.seen.put(str(url), known, float(score))
-        for url in urls:
+        for url in missing:
             if url not in out:
                 self.seen.absent(url)
         return out
