@@ -75,6 +75,13 @@ def test_parse_reads_links_in_document_order_and_the_first_title() -> None:
     assert parse_html(b"<svg><title>s</title></svg><title>t</title>", None, "c", 1).title == "s"
 
 
+def test_anchor_texts_are_read_only_when_wanted() -> None:
+    body = b"<title>T</title><a href=/a>A</a><a href=/b rel=nofollow><b>B</b></a>"
+    assert parse_html(body, None, "c", 10, want_anchors=False).links == [
+        ("/a", "", False), ("/b", "", True)]
+    assert parse_html(body, None, "c", 10).links == [("/a", "A", False), ("/b", "B", True)]
+
+
 async def _analyse_all(worker: PageWorker) -> list[PageAnalysis]:
     return list(await asyncio.gather(
         *(worker.analyse(URL, page.encode(), "text/html", "") for page in PAGES * 5)

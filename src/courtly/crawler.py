@@ -107,13 +107,14 @@ class Crawler:
         self.fetcher: Fetcher
         self._opened: set[str] = set()  # origins whose strategy.origin_opened was called
         limits = config.limits
+        self._base_link_handlers = strategy.has_base_link_handlers()
         self.pages = PageWorker(  # parse_html and links, in a worker process (pageworker.py)
             PageSettings(self.token, limits.max_links_per_page, limits.max_parse_size,
-                         config.dedup.near, config.normalize, config.store_content),
+                         config.dedup.near, config.normalize, config.store_content,
+                         anchors=not self._base_link_handlers),
             config.parse_workers,
         )
         strategy.bind(StoreContext(store, self._live_state))
-        self._base_link_handlers = strategy.has_base_link_handlers()
 
     def _live_state(self, origin: str) -> OriginState | None:
         crawler = self.crawlers.get(origin)

@@ -67,6 +67,7 @@ class PageSettings:
     near: bool  # compute the near-duplicate signature
     normalize: Normalize
     compress: bool  # compress the body for storage
+    anchors: bool = True  # extract anchor texts (only a strategy's own link handlers read them)
 
 
 @dataclass(slots=True)
@@ -97,7 +98,7 @@ def analyse_page(
     """Parse one HTML page: directives, canonical, normalized links, near-duplicate signature."""
     page = parse_html(
         body, content_type, settings.token, settings.max_links, want_text=settings.near,
-        max_bytes=settings.max_parse_size,
+        max_bytes=settings.max_parse_size, want_anchors=settings.anchors,
     )
     noindex, nofollow = robots_directives(x_robots_tag, settings.token)
     out = PageAnalysis(noindex | page.noindex, nofollow | page.nofollow, title=page.title)
