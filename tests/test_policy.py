@@ -287,8 +287,6 @@ def test_traps_zero_disables_and_default_limits() -> None:
     assert make(traps=NO_TRAPS).check(long_deep, 10_000) == ALLOWED
     defaults = make(traps=Traps())
     assert defaults.check(long_deep, 0).allowed is False
-    assert defaults.max_pages_per_origin is None
-    assert make(traps=Traps(max_pages_per_origin=50)).max_pages_per_origin == 50
 
 
 def test_check_order() -> None:

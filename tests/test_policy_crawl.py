@@ -43,3 +43,18 @@ def test_policies_and_traps_show_exit_codes_and_reasons(serve, db: Path, tmp_pat
     assert set(fetched_paths(site, "a")) == {"/", "/search?q=x", "/search?page=2&q=x", "/ok?id=1"}
     stats = courtly("stats", "--db", db)
     assert blocked in stats.out
+
+
+def test_max_pages_per_origin_finishes_the_origin_for_the_run(serve, db: Path,
+                                                             tmp_path: Path) -> None:
+    site = serve({"a": {"/": Page(html("Home", [f"/p{i}" for i in range(6)])),
+                        **{f"/p{i}": Page(html(f"p{i}", [])) for i in range(6)}}})
+    config = tmp_path / "crawl.toml"
+    config.write_text("[traps]\nmax_pages_per_origin = 3\n")
+    for run_number in (1, 2):  # the cap counts the pages of each run
+        run = courtly("crawl", site.url("a"), "--db", db, "--config", config,
+                      "--min-delay", "0")
+        assert run.status == 0, run.err
+        assert len(fetched_paths(site, "a")) == 3 * run_number
+    states = [c["state"] for c in candidates(db).values()]
+    assert states.count("CRAWLED") == 6 and states.count("NOT_CRAWLED") == 1

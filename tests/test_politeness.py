@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import signal
 import time
 from pathlib import Path
 
 from courtly.site import Hit, Page, html
-from tests.conftest import candidates, courtly, fetched_paths, robots, rows
+from tests.conftest import candidates, courtly, courtly_process, fetched_paths, robots, rows
 
 SLACK = 0.005
 
@@ -79,6 +80,27 @@ def test_retry_after_is_obeyed_and_the_url_crawled_again(serve, db: Path) -> Non
                site.url("a", "/limited"))
     assert [r["exit_code"] for r in log] == ["RATE_LIMITED", "OK"]
     assert candidates(db)[site.url("a", "/limited")]["state"] == "CRAWLED"
+    assert [r["backoff_until"] for r in rows(db, "SELECT backoff_until FROM origins")] == [0]
+
+
+def test_a_rate_limit_pause_outlives_a_restart(serve, db: Path) -> None:
+    site = serve({"a": {"/": Page("slow down", 429, {"Retry-After": "30",
+                                                     "Content-Type": "text/plain"})}})
+    started = time.monotonic()
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--max-actions", "1")
+    assert run.status == 0, run.err
+    assert time.monotonic() - started < 15  # the budget stops it at once, not after the pause
+    log = rows(db, "SELECT exit_code FROM crawl_log")
+    assert [r["exit_code"] for r in log] == ["RATE_LIMITED"]
+    [origin] = rows(db, "SELECT backoff_until, backoff_level FROM origins")
+    assert origin["backoff_until"] > time.time() + 25 and origin["backoff_level"] == 1
+    seen = len(site.hits_for("a"))
+    proc = courtly_process("crawl", "--db", db, "--min-delay", "0")  # resume the same crawl
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert len(site.hits_for("a")) == seen  # not even robots.txt: the origin is still paused
 
 
 def test_503_without_retry_after_backs_off_exponentially(serve, db: Path, tmp_path: Path) -> None:

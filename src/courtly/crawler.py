@@ -290,8 +290,7 @@ class Crawler:
         """The next URL to fetch: refill the todo list, log the ones policy or robots refuse."""
         traps = self.config.traps
         while not self._stop.is_set():
-            if self._budget_spent():
-                self.stop(f"budget of {self.config.max_actions} crawl actions spent")
+            if self._stop_if_budget_spent():
                 return None
             if traps.max_pages_per_origin and crawler.pages_this_run >= traps.max_pages_per_origin:
                 crawler.finish_reason = f"trap: max_pages_per_origin {traps.max_pages_per_origin}"
@@ -322,9 +321,13 @@ class Crawler:
     def _due_time(self) -> float:
         return float("inf") if self.config.force_recrawl else clock.now()
 
-    def _budget_spent(self) -> bool:
+    def _stop_if_budget_spent(self) -> bool:
+        """Stop the crawl when --max-actions is used up (actions in flight count)."""
         budget = self.config.max_actions
-        return bool(budget) and self.stats.actions + self.stats.in_flight - 1 >= budget
+        if budget and self.stats.actions + self.stats.in_flight - 1 >= budget:
+            self.stop(f"budget of {budget} crawl actions spent")
+            return True
+        return False
 
     def _record_blocked(
         self, crawler: OriginCrawler, candidate: Candidate, code: ExitCode, rule: str
@@ -463,6 +466,7 @@ class Crawler:
             pause = rate_limit_pause(crawler, wait, self.config.politeness, time.monotonic())
             crawler.next_request_at = time.monotonic() + pause
             crawler.state.backoff_until = clock.now() + pause
+            action.origin_state = crawler.state
             action.detail = f"paused {pause:.1f}s"
         elif status in _REDIRECTS:
             location = resp.headers.get("location", "")
@@ -497,6 +501,7 @@ class Crawler:
             await self._crawl_page(action, resp)
         if action.exit_code is not ExitCode.RATE_LIMITED and crawler.state.backoff_until:
             crawler.state.backoff_until = 0.0
+            action.origin_state = crawler.state
 
     async def _crawl_page(self, action: CrawlAction, resp: Response) -> None:
         """An HTML page: directives, canonical, duplicates, content and links."""
@@ -644,6 +649,7 @@ class Crawler:
         self.strategy.domain_metadata.flush()
         self.stats.actions += 1
         self.stats.exit_codes[str(action.exit_code)] += 1
+        self._stop_if_budget_spent()  # now, not when this origin's next turn comes
 
     async def _follow_assignment(self) -> None:
         """Distributed mode: crawl the origins our leases give us (docs/distributed.md)."""

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from courtly.store.base import OriginState
 
 
 class LinkState(StrEnum):
@@ -102,3 +106,6 @@ class CrawlAction:
     recrawl_interval: float | None = None  # seconds from started to next_due
     near_signature: bytes | None = None  # MinHash signature of the text (courtly.dedup)
     retry: bool = False  # crawl again later in this run (rate limited, transient)
+    #: the origin's state, saved with the action when it changed the rate-limit pause (a restart
+    #: or another worker then still waits it out)
+    origin_state: OriginState | None = None

@@ -203,11 +203,6 @@ class Policy:
         self._has_allow = bool(policies.allow)
         self._query_rules = [_query_rule(e) for e in policies.url_query_parameters]
 
-    @property
-    def max_pages_per_origin(self) -> int | None:
-        """Pages per origin per run (enforced by the crawler); None when unlimited."""
-        return self.traps.max_pages_per_origin or None
-
     def _origin_in_scope(self, url: str) -> str | None:
         """The URL's origin if it is in scope, else None (uncached)."""
         try:

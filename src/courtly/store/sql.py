@@ -250,6 +250,8 @@ class SqlStore:
                 )
             if action.links:
                 self._insert_links(action.links)
+            if action.origin_state is not None:
+                self._upsert_origin(action.origin_state)
         self.seen.put(c.url, state)
 
     def _save_signature(self, candidate: int, signature: bytes, crawled_before: bool) -> None:
@@ -340,19 +342,22 @@ class SqlStore:
 
     def save_origin(self, state: OriginState) -> None:
         with self._tx():
-            self._x(
-                "INSERT INTO origins (origin, configured, robots_body, robots_status, "
-                "robots_fetched, crawl_delay, backoff_until, backoff_level, sitemaps, metadata) "
-                "VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (origin) DO UPDATE SET "
-                "robots_body = excluded.robots_body, robots_status = excluded.robots_status, "
-                "robots_fetched = excluded.robots_fetched, crawl_delay = excluded.crawl_delay, "
-                "backoff_until = excluded.backoff_until, "
-                "backoff_level = excluded.backoff_level, "
-                "sitemaps = excluded.sitemaps, metadata = excluded.metadata",
-                (state.origin, state.robots_body, state.robots_status, state.robots_fetched,
-                 state.crawl_delay, state.backoff_until, state.backoff_level,
-                 json.dumps(state.sitemaps), json.dumps(state.metadata)),
-            )
+            self._upsert_origin(state)
+
+    def _upsert_origin(self, state: OriginState) -> None:
+        self._x(
+            "INSERT INTO origins (origin, configured, robots_body, robots_status, "
+            "robots_fetched, crawl_delay, backoff_until, backoff_level, sitemaps, metadata) "
+            "VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (origin) DO UPDATE SET "
+            "robots_body = excluded.robots_body, robots_status = excluded.robots_status, "
+            "robots_fetched = excluded.robots_fetched, crawl_delay = excluded.crawl_delay, "
+            "backoff_until = excluded.backoff_until, "
+            "backoff_level = excluded.backoff_level, "
+            "sitemaps = excluded.sitemaps, metadata = excluded.metadata",
+            (state.origin, state.robots_body, state.robots_status, state.robots_fetched,
+             state.crawl_delay, state.backoff_until, state.backoff_level,
+             json.dumps(state.sitemaps), json.dumps(state.metadata)),
+        )
 
     # -- reading -------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
