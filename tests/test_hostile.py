@@ -7,8 +7,10 @@ fault was hit) and the crawl database (the exit code recorded for each URL).
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +23,7 @@ import pytest
 
 from courtly.model import COSTS_PATIENCE, ExitCode, Link
 from courtly.parse import flatten, parse_html
+from courtly.site import Page, html
 from courtly.store.sqlite import SqliteStore
 from tests.conftest import courtly, courtly_process, rows
 from tests.hostile_server import (
@@ -177,6 +180,19 @@ def hostile() -> Iterator[HostileServer]:
              "/": link_page([])})),
         "hostile-html": routes(hostile_html()),
         "guard": routes(GUARD),  # filled in by the test: its links need the port
+        # header bytes that are not UTF-8 (Latin-1), and a gzip file whose body is garbage
+        "latin1-headers": routes({
+            "/": page('<a href="/a">a</a>', "text/html; charset=\xe4",
+                      Last_Modified="Mi, 05 M\xe4r 2025 10:00:00 GMT", ETag='"\xe4t"'),
+            "/a": link_page([])}),
+        "bad-redirects": routes({
+            "/": link_page(["/none", "/empty", "/js"]),
+            "/none": page("", status="302 Found"),
+            "/empty": page("", status="302 Found", Location=""),
+            "/js": page("", status="301 Moved", Location="javascript:alert(1)")}),
+        "bad-gzip": routes({"/": link_page(["/files/data.gz"]),
+                            "/files/data.gz": page(b"\x1f\x8b\x08\x00garbage" * 100,
+                                                   "application/octet-stream")}),
     }
     with HostileServer(faults) as server:
         yield server
@@ -278,6 +294,25 @@ def test_every_origin_finishes_with_the_fault_recorded(
     assert [codes[u] for u in long_urls] == [["BLOCKED_URL_BY_LOCAL_POLICY"]]  # never requested
     assert not any(h.path.startswith("/long/") for h in hostile.hits_for("hostile-html"))
     assert not any("xn--" in u or "bücher" in u for u in cands)  # another origin: out of scope
+
+    # -- header bytes that are not UTF-8 are recorded replaced; a garbage gzip body is no sitemap
+    latin1 = hostile.url("latin1-headers")
+    assert codes[latin1] == ["OK"] and codes[latin1 + "a"] == ["OK"]
+    [validators] = rows(db, "SELECT etag, last_modified, content_type FROM candidates "
+                            "WHERE url = ?", latin1)
+    assert validators == {"etag": '"\ufffdt"', "last_modified": "Mi, 05 M\ufffdr 2025 10:00:00 GMT",
+                          "content_type": "text/html; charset=\ufffd"}
+    assert codes[hostile.url("bad-gzip", "/files/data.gz")] == ["UNSUPPORTED_CONTENT"]
+
+    # -- a redirect without a usable Location is recorded as one, with nothing queued
+    bad = hostile.origins["bad-redirects"]
+    for path, location in (("/none", "none"), ("/empty", "none"), ("/js", "javascript:alert(1)")):
+        assert codes[bad + path] == ["REDIRECT"], path
+        [row] = rows(db, "SELECT detail, redirect_target FROM candidates WHERE url = ?", bad + path)
+        assert row == {"detail": f"no usable Location ({location}): not queued",
+                       "redirect_target": None}
+    assert rows(db, "SELECT url FROM redirects WHERE url LIKE ?", bad + "%") == []
+    assert len(hostile.hits_for("bad-redirects")) == 4
 
     # -- the address guard: a loopback host that is not the seed's own is refused, no request
     assert codes[local + "x"] == ["BLOCKED_ADDRESS"]
@@ -401,6 +436,29 @@ def test_a_database_locked_by_another_process_is_one_clear_line(db: Path) -> Non
         assert "Traceback" not in err
         assert len(err.strip().splitlines()) == 1, err
         assert "locked by another process" in err
+
+
+def test_a_second_crawl_on_the_same_database_is_refused(serve, db: Path) -> None:
+    site = serve({"a": {"/": Page(html("Home", [f"/p{i}" for i in range(40)])),
+                        **{f"/p{i}": Page(html(f"p{i}", [])) for i in range(40)}}})
+    first = courtly_process("crawl", site.url("a"), "--db", db, "--min-delay", "0.1",
+                            "--progress", "off")
+    try:
+        deadline = time.monotonic() + 30
+        while not site.hits_for("a") and time.monotonic() < deadline:  # the first one is crawling
+            time.sleep(0.05)
+        second = courtly("crawl", "--db", db, "--min-delay", "0")
+        assert second.status == 1
+        assert second.err.strip() == (f"courtly: another courtly crawl is running on {db} "
+                                      "(one crawl at a time per database file)")
+        assert first.poll() is None  # the first crawl goes on, at its own pace
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=30)
+    assert first.returncode == 0
+    arrivals = [h.arrived for h in site.hits_for("a") if h.path != "/robots.txt"]
+    assert min(b - a for a, b in itertools.pairwise(arrivals)) >= 0.1 - 0.005
+    assert courtly("crawl", "--db", db, "--min-delay", "0").status == 0  # free again afterwards
 
 
 # -- hostile HTML, parse alone ----------------------------------------------------------------

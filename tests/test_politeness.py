@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -201,3 +202,17 @@ def test_adaptive_delay_follows_response_times(serve, db: Path, tmp_path: Path) 
         assert gap >= 2.0 * sum(recent) / len(recent) - SLACK
     assert max(gaps(page_hits)) >= 0.15
     assert time.monotonic() - started < 10
+
+
+def test_an_origin_given_up_is_named_in_the_summary(serve, db: Path, tmp_path: Path) -> None:
+    site = serve({"a": pages(1)})
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cfg = config(tmp_path, "[politeness]\nbackoff_base = 0.02\n")
+    run = courtly("crawl", site.url("a"), f"http://127.0.0.1:{port}/", "--db", db,
+                  "--min-delay", "0", "--config", cfg)
+    assert run.status == 0, run.err
+    assert len(fetched_paths(site, "a")) == 2  # the other origin was crawled
+    assert (f"courtly: 1 origin(s) stopped early: http://127.0.0.1:{port}: robots.txt "
+            "unavailable (connect: ") in run.err

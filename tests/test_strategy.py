@@ -19,7 +19,7 @@ from courtly.strategy import (
     StrategyError,
     load_strategy,
 )
-from tests.conftest import candidates, courtly, fetched_paths, robots, rows
+from tests.conftest import candidates, courtly, courtly_process, fetched_paths, robots, rows
 
 
 def tree() -> dict[str, Page]:
@@ -335,3 +335,32 @@ def test_the_direct_link_path_keeps_what_page_crawled_scheduled(serve, db: Path)
     assert run.status == 0, run.err
     assert "/extra" in fetched_paths(site, "a")
     assert candidates(db)[site.url("a", "/extra")]["score"] == 0.2
+
+
+def test_a_strategy_bug_on_one_page_is_an_exit_code_and_the_crawl_goes_on(serve,
+                                                                         db: Path) -> None:
+    site = serve({"a": {"/": Page(html("Home", ["/boom", "/after"])),
+                        "/boom": Page(html("Boom", [])), "/after": Page(html("After", []))}})
+    proc = courtly_process("crawl", site.url("a"), "--db", db, "--min-delay", "0",
+                           "--strategy", "tests.test_strategy_user:RaisesOnOnePage")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert f"internal error on {site.url('a', '/boom')}: ValueError: no boom allowed" in err
+    assert "(2 OK, 1 errors)" in err
+    cands = candidates(db)
+    boom = cands[site.url("a", "/boom")]
+    assert (boom["state"], boom["exit_code"]) == ("ERROR", "INTERNAL_ERROR")
+    assert boom["detail"].startswith("ValueError: no boom allowed (at test_strategy_user.py:")
+    assert cands[site.url("a", "/after")]["exit_code"] == "OK"
+
+
+def test_a_strategy_bug_between_pages_stops_the_crawl_in_one_line(serve, db: Path) -> None:
+    site = serve({"a": {"/": Page(html("Home", ["/next"])), "/next": Page(html("Next", []))}})
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0",
+                  "--strategy", "tests.test_strategy_user:RaisesWhenAskedIfFinished")
+    assert run.status == 1
+    assert "Traceback" not in run.err
+    assert "internal error: RuntimeError: cannot tell (at test_strategy_user.py:" in run.err
+    assert fetched_paths(site, "a") == ["/"]  # stopped after the first action
+    assert candidates(db)[site.url("a")]["exit_code"] == "OK"  # which was recorded

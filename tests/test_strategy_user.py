@@ -76,3 +76,20 @@ class ExtraFromPageCrawled(CrawlingStrategy):
         """Schedule /extra from the first page."""
         if response.request.url.endswith("/"):
             self.schedule(self.create_request(response.request.url + "extra", 1), 0.2)
+
+
+class RaisesOnOnePage(CrawlingStrategy):
+    """A strategy with a bug: page_crawled raises on /boom."""
+
+    def page_crawled(self, response: Response) -> None:
+        """Fail on one page."""
+        if response.request.url.endswith("/boom"):
+            raise ValueError("no boom allowed")
+
+
+class RaisesWhenAskedIfFinished(CrawlingStrategy):
+    """A strategy with a bug outside a page's handling: finished() raises."""
+
+    def finished(self) -> bool:
+        """Fail after the first crawl action."""
+        raise RuntimeError("cannot tell")

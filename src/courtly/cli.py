@@ -7,11 +7,12 @@ import csv
 import io
 import json
 import logging
+import sqlite3
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import click
 
@@ -84,10 +85,12 @@ def read_seeds(config: CrawlConfig) -> list[str]:
     raw = list(config.seeds)
     if config.seeds_file:
         try:
-            text = Path(config.seeds_file).read_text(encoding="utf-8", errors="replace")
+            text = Path(config.seeds_file).read_text(encoding="utf-8-sig", errors="replace")
         except OSError as exc:
             fail(f"cannot read seeds file {config.seeds_file}: {exc.strerror}")
-        raw += [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+        # a line's first word is its URL (a URL has no spaces: the rest is a note); # is a comment
+        words = [line.split() for line in text.splitlines()]
+        raw += [w[0] for w in words if w and not w[0].startswith("#")]
     seeds = []
     for seed in raw:
         url = normalize(seed, None, config.normalize)
@@ -109,11 +112,29 @@ def db_exists(db: str) -> bool:
         fail(str(exc), 1)
 
 
+def sqlite_tables(db: str) -> set[str] | None:
+    """The tables in an existing SQLite file, read without changing it (else None)."""
+    if "://" in db or not Path(db).is_file():
+        return None
+    try:
+        with closing(sqlite3.connect(f"{Path(db).resolve().as_uri()}?mode=ro", uri=True)) as con:
+            return {name for (name,) in con.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.DatabaseError:
+        return None  # damaged or not SQLite: opening the store explains it
+
+
 @contextmanager
 def crawl_db(db: str, must_exist: bool = False) -> Iterator[Store]:
-    """The open crawl database; a database failure is one line and exit status 1."""
+    """The open crawl database; a database failure is one line and exit status 1.
+
+    An SQLite file without courtly's tables is refused, not migrated: it may be another program's
+    (an empty file may become a crawl database, unless the command only reads).
+    """
     if must_exist and not db_exists(db):
         fail(f"no crawl database at {db}")
+    tables = sqlite_tables(db)
+    if tables is not None and "schema_version" not in tables and (tables or must_exist):
+        fail(f"{db} is not a courtly crawl database")
     try:
         store = open_store(db)
     except StoreError as exc:
@@ -136,7 +157,8 @@ def inject_seeds(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
         strategy = load_strategy(config.strategy, StoreContext(store), config.strategy_args)
     except StrategyError as exc:
         fail(str(exc))
-    strategy.read_seeds(io.StringIO("\n".join(seeds)))
+    with strategy_hook(config.strategy, "read_seeds"):
+        strategy.read_seeds(io.StringIO("\n".join(seeds)))
     links = []
     for item in strategy.take_scheduled():
         url = normalize(item.request.url, None, config.normalize)
@@ -144,8 +166,18 @@ def inject_seeds(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
             links.append(Link(url, origin_of(url), item.request.depth, item.score))
     store.add_origins(sorted({lk.origin for lk in links}), seed=True)
     added = store.add_links(links)
-    strategy.close()  # saves the domain metadata read_seeds wrote
+    with strategy_hook(config.strategy, "close"):
+        strategy.close()  # saves the domain metadata read_seeds wrote
     return added
+
+
+@contextmanager
+def strategy_hook(spec: str, hook: str) -> Iterator[None]:
+    """Around a call of the strategy's event handler: its exception is one line naming both."""
+    try:
+        yield
+    except Exception as exc:
+        fail(f"strategy {spec!r} failed in {hook}: {type(exc).__name__}: {exc}")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -200,12 +232,12 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
         with progress:
             stats = run_worker(store, config, strategy, again, progress.update, continuous)
         progress.summary(stats)
-        return 1 if stats.stop_reason.startswith("database error") else 0
+        return 1 if stats.stop_reason.startswith(("database error", "internal error")) else 0
     crawler = Crawler(config, store, strategy, on_progress=progress.update)
     with progress:
         stats = asyncio.run(crawler.run())
     progress.summary(stats)
-    return 1 if stats.stop_reason.startswith("database error") else 0
+    return 1 if stats.stop_reason.startswith(("database error", "internal error")) else 0
 
 
 def _install_uvloop() -> None:
@@ -251,25 +283,38 @@ def add_seeds(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> 
 @click.option("--out", type=click.Path(), help="Output file (default: standard output).")
 def export(db: str | None, fmt: str, out: str | None) -> None:
     """One record per crawl candidate."""
+    db = build_config(None, db=db).db
+    if out and is_database_file(out, db):
+        fail(f"--out {out} is the crawl database (or its journal): write the export elsewhere")
+    with crawl_db(db, must_exist=True) as store:
+        try:
+            if out:
+                with open(out, "w", encoding="utf-8", newline="") as stream:
+                    write_records(stream, fmt, store.export())
+            else:
+                write_records(sys.stdout, fmt, store.export())
+        except OSError as exc:
+            fail(f"cannot write {out or 'standard output'}: {exc.strerror or exc}")
+
+
+def is_database_file(path: str, db: str) -> bool:
+    """Whether the path is the SQLite crawl database's file, -wal or -shm."""
+    files = {Path(db + suffix).resolve() for suffix in ("", "-wal", "-shm")}
+    return "://" not in db and Path(path).resolve() in files
+
+
+def write_records(stream: TextIO, fmt: str, records: Iterable[dict[str, Any]]) -> None:
+    """The export as JSON lines or CSV, flushed."""
     from courtly.store.sql import EXPORT_COLUMNS
 
-    with crawl_db(db or CrawlConfig().db, must_exist=True) as store:
-        try:
-            stream = open(out, "w", encoding="utf-8", newline="") if out else sys.stdout  # noqa: SIM115
-        except OSError as exc:
-            fail(f"cannot write {out}: {exc.strerror}")
-        try:
-            if fmt == "csv":
-                writer = csv.DictWriter(stream, fieldnames=list(EXPORT_COLUMNS))
-                writer.writeheader()
-                for record in store.export():
-                    writer.writerow(record)
-            else:
-                for record in store.export():
-                    stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-        finally:
-            if out:
-                stream.close()
+    if fmt == "csv":
+        writer = csv.DictWriter(stream, fieldnames=list(EXPORT_COLUMNS))
+        writer.writeheader()
+        writer.writerows(records)
+    else:
+        for record in records:
+            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+    stream.flush()
 
 
 @main.command()
@@ -279,7 +324,7 @@ def stats(db: str | None, as_json: bool) -> None:
     """Counts by link state, exit code and origin."""
     from courtly.progress import print_stats
 
-    with crawl_db(db or CrawlConfig().db, must_exist=True) as store:
+    with crawl_db(build_config(None, db=db).db, must_exist=True) as store:
         data = store.stats()
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -296,9 +341,13 @@ def stats(db: str | None, as_json: bool) -> None:
 @click.option("--db", default="courtly-demo.db", help="Crawl database for the demo.")
 def demo(port: int, db: str) -> None:
     """Serve a small bundled multi-origin site on 127.0.0.1, crawl it, show the stats."""
-    from courtly.demo import run_demo
+    from courtly.demo import DemoError, run_demo
 
-    sys.exit(run_demo(port, db))
+    try:
+        status = run_demo(port, build_config(None, db=db).db)
+    except DemoError as exc:
+        fail(str(exc))
+    sys.exit(status)
 
 
 @main.command()
@@ -311,7 +360,7 @@ def check(url: str, config_path: str | None, db: str | None) -> None:
 
     config = build_config(config_path, db=db)
     if db_exists(config.db):
-        with crawl_db(config.db) as store:
+        with crawl_db(config.db, must_exist=True) as store:
             lines = explain_url(url, config, store)
     else:
         lines = explain_url(url, config, None)

@@ -14,7 +14,7 @@ class ConfigError(Exception):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Politeness(_Section):
@@ -163,6 +163,22 @@ class CrawlConfig(_Section):
     recrawl: Recrawl = Field(default_factory=Recrawl)
     dedup: Dedup = Field(default_factory=Dedup)
 
+    @field_validator("db")
+    @classmethod
+    def _db_keeps_the_crawl(cls, db: str) -> str:
+        """Reject an empty path and SQLite's in-memory database: nothing would be saved."""
+        if db in ("", ":memory:"):
+            raise ValueError(f"{db!r} is not a crawl database: give a file path or a URL")
+        return db
+
+    @field_validator("user_agent")
+    @classmethod
+    def _user_agent_is_one_header_line(cls, agent: str) -> str:
+        """Reject control characters (CR, LF, …): the User-Agent header could not be sent."""
+        if any(ord(c) < 32 or ord(c) == 127 for c in agent):
+            raise ValueError("control characters (CR, LF, tab, …) are not allowed")
+        return agent
+
     def model_post_init(self, __context: Any) -> None:
         """Fold the top-level shorthands into their sections."""
         if self.min_delay is not None:
@@ -177,6 +193,8 @@ def _first_error(exc: ValidationError) -> str:
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         msg = "unknown key"
+    elif err["type"] == "value_error":  # our validators' messages, without "Value error, "
+        msg = str(err["ctx"]["error"])
     return f"{key}: {msg}"
 
 
@@ -185,7 +203,7 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> CrawlConfig:
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
         except (OSError, UnicodeDecodeError) as exc:
@@ -196,7 +214,8 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> CrawlConfig:
         if value is None or value == () or value == []:
             continue
         if key == "seeds":
-            data["seeds"] = list(data.get("seeds", [])) + list(value)
+            listed = data.get("seeds", [])  # not a list: validation names the mistake
+            data["seeds"] = listed + list(value) if isinstance(listed, list) else listed
         else:
             data[key] = value
     try:

@@ -12,14 +12,16 @@ import contextlib
 import logging
 import signal
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from courtly import clock, dedup, sitemaps
 from courtly.config import CrawlConfig
-from courtly.fetch import Fetcher, FetchError, Response
+from courtly.fetch import Fetcher, FetchError, Response, one_line
 from courtly.model import (
     COMPLETED,
     COSTS_PATIENCE,
@@ -69,6 +71,8 @@ class CrawlStats:
     origins_finished: int = 0
     in_flight: int = 0
     stop_reason: str = ""
+    #: origins finished for a reason other than having no work left: origin → the reason
+    stopped_early: dict[str, str] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -159,7 +163,12 @@ class Crawler:
             self.stats.stop_reason = "finished: no origin has work left"
             self.store.finish_run(self.run_id)
         self.store.flush()
-        self.strategy.close()
+        try:
+            self.strategy.close()
+        except StoreError:
+            raise
+        except Exception as exc:  # the strategy's bug: one line, exit status 1
+            self.stats.stop_reason = f"internal error: strategy close(): {_describe(exc)}"
         if self.on_progress:
             self.on_progress(self.stats)
         return self.stats
@@ -228,6 +237,11 @@ class Crawler:
             crawler.patience = 0  # a database error finishes the origin at once
             self.stop(f"database error: {exc}")
             at = None
+        except Exception as exc:  # a bug outside a page's handling: stop cleanly, say where
+            log.debug("internal error", exc_info=True)
+            crawler.patience = 0
+            self.stop(f"internal error: {_describe(exc)}")
+            at = None
         finally:
             self.stats.in_flight -= 1
             self._slots.release()
@@ -240,6 +254,8 @@ class Crawler:
     def _finish(self, crawler: OriginCrawler) -> None:
         crawler.finished = True
         self.stats.origins_finished += 1
+        if crawler.finish_reason:
+            self.stats.stopped_early[crawler.origin] = crawler.finish_reason
         log.info("%s finished: %s", crawler.origin, crawler.finish_reason or "done")
 
     def _reopen(self, crawler: OriginCrawler) -> None:
@@ -357,13 +373,14 @@ class Crawler:
         rules = self.config.robots
         url = crawler.origin + "/robots.txt"
         status: int | None = None
-        body = b""
+        body, failure = b"", ""
         for _ in range(rules.max_redirects + 1):
             try:
                 self.stats.requests += 1
                 resp = await self.fetcher.get(url, max_body=rules.max_size, truncate=True)
             except FetchError as exc:
                 log.info("%s: robots.txt unreachable: %s", crawler.origin, exc.detail)
+                failure = exc.detail
                 if exc.exit_code is ExitCode.BLOCKED_ADDRESS and url.startswith(crawler.origin):
                     # never contacted, so no robots.txt applies: each URL is then logged
                     # BLOCKED_ADDRESS by the address guard, without a request
@@ -381,14 +398,17 @@ class Crawler:
                 url = target
                 continue
             break
-        self._apply_robots(crawler, status, body)
+        self._apply_robots(crawler, status, body, failure)
         crawler.next_request_at = max(
             crawler.next_request_at,
             time.monotonic() + delay_for(crawler, self.config.politeness),
         )
 
-    def _apply_robots(self, crawler: OriginCrawler, status: int | None, body: bytes) -> None:
-        """RFC 9309 status rules: 5xx/429/unreachable → stale copy or wait; else parse."""
+    def _apply_robots(
+        self, crawler: OriginCrawler, status: int | None, body: bytes, failure: str = ""
+    ) -> None:
+        """RFC 9309 status rules: 5xx/429/unreachable (failure says why) → stale copy or wait;
+        else parse."""
         rules = self.config.robots
         state = crawler.state
         if status is None or status == 429 or status >= 500:
@@ -401,7 +421,7 @@ class Crawler:
                 return
             crawler.robots = None  # unavailable: nothing is crawled until it recovers
             crawler.patience -= 1
-            crawler.finish_reason = f"robots.txt unavailable (status {status})"
+            crawler.finish_reason = f"robots.txt unavailable ({failure or f'status {status}'})"
             pause = rate_limit_pause(crawler, None, self.config.politeness, time.monotonic())
             crawler.next_request_at = time.monotonic() + pause
             return
@@ -434,7 +454,12 @@ class Crawler:
         answered = time.monotonic()
         if resp is not None:
             crawler.response_times.append(resp.elapsed)
-            await self._classify(crawler, action, resp)
+            try:
+                await self._classify(crawler, action, resp)
+            except StoreError:
+                raise  # the database failed: the crawl stops (_run_turn)
+            except Exception as exc:  # a bug must not stop the origin: the URL gets an exit code
+                action = _internal_error(action, exc)
         action.elapsed = time.monotonic() - started
         # the delay runs from the server's answer: our own work on the page is not the site's
         delay = delay_for(crawler, self.config.politeness)
@@ -469,16 +494,18 @@ class Crawler:
             action.origin_state = crawler.state
             action.detail = f"paused {pause:.1f}s"
         elif status in _REDIRECTS:
-            location = resp.headers.get("location", "")
-            target = normalize(location, action.candidate.url, self.config.normalize)
-            action.exit_code = ExitCode.REDIRECT if target else ExitCode.HTTP_CLIENT_ERROR
-            action.redirect_target = target
+            location = resp.headers.get("location", "").strip()
+            url = action.candidate.url
+            target = normalize(location, url, self.config.normalize) if location else None
+            action.exit_code, action.redirect_target = ExitCode.REDIRECT, target
             most = self.config.limits.max_redirect_chain
-            if target and self.store.redirect_chain(action.candidate.url, most) >= most:
+            if target is None:
+                action.detail = f"no usable Location ({one_line(location) or 'none'}): not queued"
+            elif self.store.redirect_chain(url, most) >= most:
                 # the hop is recorded, its target is not queued: an endless chain stops here
                 action.exit_code = ExitCode.TOO_MANY_REDIRECTS
                 action.detail = f"redirect chain longer than {most} hops; target not queued"
-            elif target:
+            else:
                 self._links(action, [Request(target, action.candidate.depth)])
         elif status == 304:
             action.exit_code = ExitCode.NOT_MODIFIED
@@ -653,18 +680,23 @@ class Crawler:
 
     async def _follow_assignment(self) -> None:
         """Distributed mode: crawl the origins our leases give us (docs/distributed.md)."""
+        try:
+            await self._follow_leases()
+        except StoreError as exc:
+            log.error("database error: %s", exc)
+            self.stop(f"database error: {exc}")
+        except Exception as exc:  # a bug: stop cleanly rather than wait forever
+            log.debug("internal error", exc_info=True)
+            self.stop(f"internal error: {_describe(exc)}")
+
+    async def _follow_leases(self) -> None:
         fleet = self.assignment
         assert fleet is not None
         while not self._stop.is_set():
             finished = [c for c in self.crawlers.values() if c.finished]
             for crawler in finished:
                 del self.crawlers[crawler.origin]  # added again if it gets work
-            try:
-                plan = fleet.poll(self.crawlers, finished, self.stats.actions, self._due_time())
-            except StoreError as exc:
-                log.error("database error: %s", exc)
-                self.stop(f"database error: {exc}")
-                return
+            plan = fleet.poll(self.crawlers, finished, self.stats.actions, self._due_time())
             if plan.scope is not None and plan.scope != self.origins:  # seeds were added
                 self.origins = plan.scope
                 self.policy = Policy(self.config.policies, self.config.traps,
@@ -704,3 +736,19 @@ class Crawler:
                 self.stop(f"database error: {exc}")
                 return
 
+
+def _internal_error(action: CrawlAction, exc: Exception) -> CrawlAction:
+    """The crawl action of a response whose handling raised: what it had found is dropped."""
+    log.warning("internal error on %s: %s", action.candidate.url, _describe(exc))
+    log.debug("internal error", exc_info=exc)
+    return CrawlAction(action.candidate, action.origin, ExitCode.INTERNAL_ERROR, action.started,
+                       http_status=action.http_status, content_type=action.content_type,
+                       content_length=action.content_length, detail=_describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    """One line: the exception and the innermost place it was raised (-vv logs the traceback)."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+    text = f"{type(exc).__name__}: {one_line(str(exc))}" if str(exc) else type(exc).__name__
+    return text + where

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
+from contextlib import ExitStack, closing
 from pathlib import Path
 
 from courtly.site import LocalSite, Page, html
+
+
+class DemoError(Exception):
+    """The demo cannot run as asked (its --port or --db); the message is one line."""
+
 
 ROBOTS = "User-agent: *\nDisallow: /private/\nCrawl-delay: 0.05\n"
 
@@ -44,10 +51,18 @@ def demo_sites() -> dict[str, dict[str, Page]]:
 
 def run_demo(port: int, db: str) -> int:
     """Serve the demo site, crawl it with `courtly crawl`, then show `courtly stats`."""
-    for suffix in ("", "-wal", "-shm"):
-        Path(db + suffix).unlink(missing_ok=True)
     sites = demo_sites()
-    with LocalSite(sites, port) as site:
+    last = 65536 - len(sites)
+    if port and not 0 < port <= last:
+        raise DemoError(f"--port must be 0 (any free ports) or 1-{last} (the demo's first port)")
+    _check_replaceable(db)
+    with ExitStack() as stack:
+        try:
+            site = stack.enter_context(LocalSite(sites, port))
+        except OSError as exc:
+            raise DemoError(f"cannot serve the demo site: {exc.strerror or exc}") from None
+        for suffix in ("", "-wal", "-shm"):
+            Path(db + suffix).unlink(missing_ok=True)
         news, shop, blog = (site.url(n) for n in ("news", "shop", "blog"))
         # the shop and the blog link to each other and to the news site
         shop_home = sites["shop"]["/"]
@@ -62,3 +77,23 @@ def run_demo(port: int, db: str) -> int:
             return status
     print(f"$ courtly stats --db {db}", flush=True)
     return subprocess.call([sys.executable, "-m", "courtly", "stats", "--db", db])
+
+
+def _check_replaceable(db: str) -> None:
+    """The demo starts afresh: it may delete its own database, never another file."""
+    path = Path(db)
+    if path.is_dir():
+        raise DemoError(f"--db {db} is a directory")
+    if path.exists() and not _written_by_demo(path):
+        raise DemoError(f"--db {db} is not a demo crawl database: it is left alone")
+
+
+def _written_by_demo(path: Path) -> bool:
+    """Whether the file is a crawl database whose origins are all on 127.0.0.1, as the demo's."""
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as con:
+            con.execute("SELECT version FROM schema_version")
+            origins = [origin for (origin,) in con.execute("SELECT origin FROM origins")]
+    except sqlite3.DatabaseError:
+        return False
+    return all(origin.startswith("http://127.0.0.1:") for origin in origins)

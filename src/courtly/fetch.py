@@ -274,14 +274,14 @@ class Fetcher:
             if _HEADER_LIMIT.search(exc.message):
                 raise FetchError(ExitCode.TOO_LARGE, f"response head over the limits "
                                  f"({lim.max_header_count} headers, {lim.max_header_size} "
-                                 f"bytes a line): {_one_line(exc.message)}") from None
-            raise FetchError(ExitCode.PROTOCOL_ERROR, _one_line(exc.message)) from None
+                                 f"bytes a line): {one_line(exc.message)}") from None
+            raise FetchError(ExitCode.PROTOCOL_ERROR, one_line(exc.message)) from None
         except aiohttp.ClientPayloadError as exc:
-            raise FetchError(ExitCode.PROTOCOL_ERROR, _one_line(exc)) from None
+            raise FetchError(ExitCode.PROTOCOL_ERROR, one_line(exc)) from None
         except aiohttp.ServerDisconnectedError as exc:
-            raise FetchError(ExitCode.PROTOCOL_ERROR, _one_line(exc)) from None
+            raise FetchError(ExitCode.PROTOCOL_ERROR, one_line(exc)) from None
         except (aiohttp.ClientError, ssl.SSLError, OSError, ValueError, UnicodeError) as exc:
-            raise FetchError(ExitCode.NETWORK_ERROR, _one_line(exc)) from None
+            raise FetchError(ExitCode.NETWORK_ERROR, one_line(exc)) from None
 
     async def _read(
         self, resp: aiohttp.ClientResponse, url: str, limit: int, truncate: bool, started: float
@@ -307,6 +307,8 @@ class Fetcher:
         hdrs: dict[str, str] = {}
         for name, value in resp.headers.items():
             key = name.lower()
+            if not value.isascii():  # bytes that are not UTF-8 arrive as surrogates: replaced
+                value = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
             hdrs[key] = f"{hdrs[key]}, {value}" if key in hdrs else value
         return Response(url, resp.status, hdrs, b"".join(parts), time.monotonic() - started)
 
@@ -327,6 +329,8 @@ class Fetcher:
         return f"timed out {took}"
 
 
-def _one_line(exc: BaseException | str) -> str:
+def one_line(exc: BaseException | str) -> str:
+    """An exception or a message as one line of valid text (at most 300 characters)."""
     text = exc if isinstance(exc, str) else str(exc) or type(exc).__name__
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     return " ".join(text.split())[:300]

@@ -41,6 +41,9 @@ class ExitCode(StrEnum):
     TOO_MANY_REDIRECTS = "TOO_MANY_REDIRECTS"  # a redirect past limits.max_redirect_chain
     UNSUPPORTED_CONTENT = "UNSUPPORTED_CONTENT"
     DATABASE_ERROR = "DATABASE_ERROR"
+    #: courtly or the crawling strategy raised while handling the response (a bug: the detail
+    #: names the exception and where it was raised)
+    INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
 #: exit codes that complete a crawl candidate (link state CRAWLED); the others leave it ERROR
@@ -52,7 +55,9 @@ COMPLETED = frozenset(
 #: exit codes after which the URL is retried later in the same run
 RETRY_IN_RUN = frozenset({ExitCode.RATE_LIMITED, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT})
 #: exit codes that cost the origin one point of patience
-COSTS_PATIENCE = frozenset({ExitCode.PROTOCOL_ERROR, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT})
+COSTS_PATIENCE = frozenset(
+    {ExitCode.PROTOCOL_ERROR, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT, ExitCode.INTERNAL_ERROR}
+)
 
 
 @dataclass(slots=True)

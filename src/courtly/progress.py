@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 LOG_EVERY = 5.0
 _ERRORS = ("HTTP_", "NETWORK", "TIMEOUT", "PROTOCOL", "TOO_LARGE", "TOO_MANY_REDIRECTS", "RATE",
-           "DATABASE")
+           "DATABASE", "INTERNAL")
 
 
 def _line(stats: CrawlStats) -> str:
@@ -65,6 +65,12 @@ class Progress:
         print(f"courtly: {stats.stop_reason}. {_line(stats)}", file=sys.stderr)
         if codes:
             print(f"courtly: exit codes: {codes}", file=sys.stderr)
+        early = list(stats.stopped_early.items())
+        if early:
+            listed = "; ".join(f"{origin}: {reason}" for origin, reason in early[:3])
+            more = f"; and {len(early) - 3} more (-v logs each)" if len(early) > 3 else ""
+            print(f"courtly: {len(early)} origin(s) stopped early: {listed}{more}",
+                  file=sys.stderr)
 
 
 def print_stats(data: dict[str, Any]) -> None:

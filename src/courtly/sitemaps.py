@@ -57,7 +57,7 @@ def gunzip(body: bytes, limit: int = MAX_UNCOMPRESSED) -> bytes:
     except zlib.error:
         try:
             return gzip.decompress(body)[:limit]
-        except (OSError, EOFError):
+        except (OSError, EOFError, zlib.error):
             return b""
 
 

@@ -310,7 +310,10 @@ class Discovery(CrawlingStrategy):
         self, context: StrategyContext | None = None, args: dict[str, Any] | None = None
     ) -> None:
         super().__init__(context, args)
-        self.cap = int(self.args.get("max_pages_per_origin", 1000))
+        cap = self.args.get("max_pages_per_origin", 1000)
+        if type(cap) is not int or cap < 1:  # not bool, float or str
+            raise ValueError(f"max_pages_per_origin must be a positive integer, not {cap!r}")
+        self.cap = cap
 
     def origin_opened(self, origin: str, sitemaps: list[str]) -> None:
         """Schedule the robots.txt sitemaps and the conventional /sitemap.xml."""
@@ -378,19 +381,22 @@ def load_strategy(
     spec: str, context: StrategyContext | None = None, args: dict[str, Any] | None = None
 ) -> CrawlingStrategy:
     """A built-in name, or 'module:Class' naming a CrawlingStrategy subclass."""
-    if spec in BUILTIN:
-        return BUILTIN[spec](context, args)
+    cls = BUILTIN.get(spec) or _import_strategy(spec)
+    try:
+        return cls(context, args)
+    except Exception as exc:
+        raise StrategyError(f"cannot create strategy {spec!r}: {exc}") from None
+
+
+def _import_strategy(spec: str) -> type[CrawlingStrategy]:
     module_name, _, class_name = spec.partition(":")
     if not class_name or not module_name:
         names = ", ".join(sorted(BUILTIN))
         raise StrategyError(f"unknown strategy {spec!r} (built-in: {names}; or module:Class)")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise StrategyError(f"cannot load strategy {spec!r}: {exc}") from None
+    except Exception as exc:  # no such module or class, or the module fails (SyntaxError, …)
+        raise StrategyError(f"cannot load strategy {spec!r}: {type(exc).__name__}: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, CrawlingStrategy)):
         raise StrategyError(f"{spec!r} is not a courtly.strategy.CrawlingStrategy subclass")
-    try:
-        return cls(context, args)
-    except Exception as exc:
-        raise StrategyError(f"cannot create strategy {spec!r}: {exc}") from None
+    return cls

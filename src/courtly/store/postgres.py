@@ -19,10 +19,11 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote
 
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.conninfo import conninfo_to_dict
 
 from courtly.store.base import StoreError
 from courtly.store.sql import SqlStore
@@ -32,6 +33,8 @@ log = logging.getLogger("courtly")
 #: the database server's clock, in epoch seconds: every lease and heartbeat time is taken from it
 NOW = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+#: a URL's scheme and user:password@ (libpq reads the user part up to an '@' before any '/')
+_USERINFO_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/@]*@)?")
 
 #: takeable work of one origin `o` in run %(run)s (the same three queries as SqlStore.take_todo)
 _WORK = (
@@ -45,22 +48,47 @@ _WORK = (
 
 
 def split_url(url: str) -> tuple[str, str | None]:
-    """The libpq URL without courtly's own `schema` parameter, and that schema (or None)."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
+    """The libpq URL without courtly's own `schema` parameter, and that schema (or None).
+
+    The rest of the URL is passed on as written (`postgresql:///db?host=…` keeps its empty
+    host); a URL libpq cannot parse is a StoreError.
+    """
+    base, items = _query(url)
+    schemas = [unquote(i.partition("=")[2]) for i in items if _key(i) == "schema"]
+    schema = schemas[0] if schemas else None
     if schema is not None and not _SCHEMA_RE.match(schema):
         raise StoreError(f"invalid schema name in database URL: {schema!r}")
-    rest = urlencode([(k, v) for k, v in query if k != "schema"])
-    return urlunsplit(parts._replace(query=rest)), schema
+    conninfo = _join(base, [i for i in items if _key(i) != "schema"])
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.Error as exc:  # libpq quotes the URL, password and all
+        why = _first_line(exc).replace(conninfo, describe(url))
+        raise StoreError(f"invalid database URL {describe(url)}: {why}") from None
+    return conninfo, schema
 
 
 def describe(url: str) -> str:
-    """host:port/dbname of a URL, without any password, for messages."""
-    parts = urlsplit(url)
-    host = parts.hostname or "localhost"
-    port = f":{parts.port}" if parts.port else ""
-    return f"postgresql://{host}{port}{parts.path}"
+    """The URL as given, without its user, password or password parameters, for messages."""
+    base, items = _query(url)
+    userinfo = _USERINFO_RE.match(base)
+    if userinfo is not None and userinfo.group(1):
+        base = base[:userinfo.start(1)] + base[userinfo.end(1):]
+    return _join(base, [i for i in items if "password" not in _key(i)])
+
+
+def _query(url: str) -> tuple[str, list[str]]:
+    """A URL up to its query string, and the query's key=value items as written."""
+    userinfo = _USERINFO_RE.match(url)
+    mark = url.find("?", userinfo.end() if userinfo else 0)
+    return (url, []) if mark < 0 else (url[:mark], url[mark + 1:].split("&"))
+
+
+def _key(item: str) -> str:
+    return unquote(item.partition("=")[0])
+
+
+def _join(base: str, items: list[str]) -> str:
+    return f"{base}?{'&'.join(items)}" if items else base
 
 
 def database_exists(url: str) -> bool:

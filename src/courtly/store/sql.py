@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -39,6 +40,68 @@ EXPORT_COLUMNS = (
     "content_type", "content_length", "redirect_target", "canonical", "duplicate_of",
     "depth", "score", "etag", "last_modified", "content_hash", "detail",
 )
+
+#: a column's type: a conversion that raises TypeError or ValueError for a value it cannot hold
+#: (SQLite lets any column hold any type, so a hand-edited database can hold anything)
+Convert = Callable[[Any], Any]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _optional(convert: Convert) -> Convert:
+    """convert, for a column that may be NULL."""
+    return lambda value: None if value is None else convert(value)
+
+
+def _finite(value: Any) -> float:
+    """A time or a delay (NaN or infinity are damage)."""
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(number)
+    return number
+
+
+def _blob(value: Any) -> bytes:
+    if not isinstance(value, bytes):
+        raise TypeError(value)
+    return value
+
+
+def _url_list(value: Any) -> list[str]:
+    urls = json.loads(value)
+    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        raise TypeError(urls)
+    return urls
+
+
+def _object(value: Any) -> dict[str, Any]:
+    data = json.loads(value)
+    if not isinstance(data, dict):
+        raise TypeError(data)
+    return data
+
+
+#: the columns take_todo reads, as Candidate holds them
+_TODO_COLUMNS: dict[str, Convert] = {
+    "id": int, "url": _same, "depth": int, "score": float, "etag": _same,
+    "last_modified": _same, "content_hash": _same, "attempts": int,
+    "recrawl_interval": _optional(float), "exit_code": _same,
+}
+#: the typed columns of a candidate's record (`candidate`)
+_RECORD_COLUMNS: dict[str, Convert] = {
+    "state": LinkState, "http_status": _optional(int), "last_crawl": _optional(float),
+    "next_due": _optional(float), "content_length": _optional(int), "depth": int,
+    "score": float,
+}
+#: the origins columns OriginState holds after its origin, in its order
+_ORIGIN_COLUMNS: dict[str, Convert] = {
+    "robots_body": _optional(_blob), "robots_status": _optional(int),
+    "robots_fetched": _optional(_finite), "crawl_delay": _optional(_finite),
+    "backoff_until": _finite, "backoff_level": int, "sitemaps": _url_list,
+    "metadata": _object,
+}
 
 
 def state_after(action: CrawlAction) -> LinkState:
@@ -95,12 +158,31 @@ class SqlStore:
             self.seen.clear()
             raise
 
+    def _cell(self, table: str, column: str, row: str, convert: Convert, value: Any) -> Any:
+        """A value as its column's type; a value that cannot be is a damaged database."""
+        try:
+            return convert(value)
+        except (TypeError, ValueError, OverflowError):
+            shown = repr(value)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise StoreError(
+                f"{self.path} is damaged: {table}.{column} of {row} is {shown}"
+            ) from None
+
+    def _row(self, table: str, row: str, columns: dict[str, Convert],
+             values: Sequence[Any]) -> list[Any]:
+        """A row's values as their columns' types (see _cell)."""
+        return [self._cell(table, column, row, convert, value)
+                for (column, convert), value in zip(columns.items(), values, strict=True)]
+
     # -- schema --------------------------------------------------------------------------
     def _migrate(self) -> None:
         with self._tx():
             self._x("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
         row = self._x("SELECT version FROM schema_version").fetchone()
         version = row[0] if row else 0
+        if type(version) is not int or version < 0:
+            raise StoreError(f"{self.path} is damaged: schema_version.version is {version!r}")
         if version > len(MIGRATIONS):
             raise StoreError(f"{self.path} was written by a newer courtly (schema {version})")
         for number in range(version, len(MIGRATIONS)):
@@ -175,10 +257,7 @@ class SqlStore:
         An origin refills its todo list only when the list is empty, that is when every URL it
         took before has been recorded: what is still NOT_CRAWLED, QUEUED or due is not taken.
         """
-        cols = (
-            "id, url, depth, score, etag, last_modified, content_hash, attempts, "
-            "recrawl_interval, exit_code"
-        )
+        cols = ", ".join(_TODO_COLUMNS)
         rows = self._x(
             f"SELECT {cols} FROM candidates WHERE origin = ? AND state = 'QUEUED' "
             "AND (taken_run IS NULL OR taken_run <> ?) LIMIT ?",
@@ -197,7 +276,17 @@ class SqlStore:
                 "AND (taken_run IS NULL OR taken_run <> ?) ORDER BY next_due LIMIT ?",
                 (origin, now, run, limit - len(rows)),
             ).fetchall()
-        return [Candidate(*r) for r in rows]
+        try:  # the conversions raise on a damaged row (cheaper than checking each value)
+            return [
+                Candidate(i, url, int(depth), float(score), etag, modified, content_hash,
+                          int(attempts), None if interval is None else float(interval), code)
+                for i, url, depth, score, etag, modified, content_hash, attempts, interval, code
+                in rows
+            ]
+        except (TypeError, ValueError, OverflowError):
+            for r in rows:  # name the damaged row
+                self._row("candidates", f"id {r[0]} ({r[1]})", _TODO_COLUMNS, r)
+            raise
 
     def record(self, action: CrawlAction, run: int) -> None:
         c = action.candidate
@@ -296,11 +385,18 @@ class SqlStore:
         for i in range(0, len(missing), 500):
             chunk = missing[i:i + 500]
             marks = ", ".join("?" * len(chunk))
-            for url, state, score in self._x(
+            found = self._x(
                 f"SELECT url, state, score FROM candidates WHERE url IN ({marks})", chunk
-            ):
-                known = out[str(url)] = LinkState(state)
-                self.seen.put(str(url), known, float(score))
+            ).fetchall()
+            try:
+                for url, state, score in found:
+                    known = out[str(url)] = LinkState(state)
+                    self.seen.put(str(url), known, float(score))
+            except (TypeError, ValueError):
+                for url, state, score in found:  # name the damaged row
+                    self._cell("candidates", "state", str(url), LinkState, state)
+                    self._cell("candidates", "score", str(url), float, score)
+                raise
         for url in missing:
             if url not in out:
                 self.seen.absent(url)
@@ -329,16 +425,11 @@ class SqlStore:
     # -- per-origin state ----------------------------------------------------------------
     def load_origin(self, origin: str) -> OriginState:
         row = self._x(
-            "SELECT robots_body, robots_status, robots_fetched, crawl_delay, backoff_until, "
-            "backoff_level, sitemaps, metadata FROM origins WHERE origin = ?",
-            (origin,),
+            f"SELECT {', '.join(_ORIGIN_COLUMNS)} FROM origins WHERE origin = ?", (origin,)
         ).fetchone()
         if row is None:
             return OriginState(origin)
-        return OriginState(
-            origin, row[0], row[1], row[2], row[3], row[4], row[5],
-            json.loads(row[6]), json.loads(row[7]),
-        )
+        return OriginState(origin, *self._row("origins", origin, _ORIGIN_COLUMNS, row))
 
     def save_origin(self, state: OriginState) -> None:
         with self._tx():
@@ -392,7 +483,12 @@ class SqlStore:
         row = self._x(
             f"SELECT {', '.join(EXPORT_COLUMNS)} FROM candidates WHERE url = ?", (url,)
         ).fetchone()
-        return None if row is None else dict(zip(EXPORT_COLUMNS, row, strict=True))
+        if row is None:
+            return None
+        record = dict(zip(EXPORT_COLUMNS, row, strict=True))
+        for column, convert in _RECORD_COLUMNS.items():
+            record[column] = self._cell("candidates", column, url, convert, record[column])
+        return record
 
 
 

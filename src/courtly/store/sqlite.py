@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import time
@@ -23,6 +24,7 @@ class SqliteStore(SqlStore):
 
     commit_interval = 0.0  # seconds; 0: every write commits at once
     _batch_since: float | None = None
+    _crawl_lock: int | None = None  # a descriptor of the file, flock-ed while a crawl runs
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -43,6 +45,19 @@ class SqliteStore(SqlStore):
             _test_pragmas(self._db)
         except sqlite3.DatabaseError as exc:
             raise StoreError(_explain(exc, path)) from None
+
+    def begin_run(self) -> int:
+        """One crawl at a time on a database: a second would double every origin's request rate."""
+        if self._crawl_lock is None:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:  # flock, not fcntl: SQLite's own fcntl locks on the file are not touched
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise StoreError(f"another courtly crawl is running on {self.path} "
+                                 "(one crawl at a time per database file)") from None
+            self._crawl_lock = fd  # released when the store is closed, or by the kernel
+        return super().begin_run()
 
     def _x(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         try:
@@ -87,6 +102,9 @@ class SqliteStore(SqlStore):
             self.flush()
         finally:
             self._db.close()
+            if self._crawl_lock is not None:  # after SQLite is done with the file: closing a
+                os.close(self._crawl_lock)  # descriptor drops the process's fcntl locks on it
+                self._crawl_lock = None
 
 
 class _Transaction:

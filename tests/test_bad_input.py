@@ -1,0 +1,225 @@
+"""A user's mistake (config, seeds, paths, strategy, database) is one line and harms nothing."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Run, candidates, courtly, rows
+
+SEED = "http://127.0.0.1:1/"
+
+
+def one_line(run: Run, status: int, *words: str) -> None:
+    """The run failed with this status and one `courtly: ...` line containing the words."""
+    lines = run.err.strip().splitlines()
+    assert run.status == status and len(lines) == 1, run.err
+    assert lines[0].startswith("courtly: "), run.err
+    for word in words:
+        assert word in lines[0], (word, run.err)
+
+
+def seeded(db: Path, *seeds: str) -> Path:
+    """A crawl database holding these seeds (add-seeds fetches nothing)."""
+    run = courtly("add-seeds", *(seeds or (SEED,)), "--db", db)
+    assert run.status == 0, run.err
+    return db
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# -- export --------------------------------------------------------------------------------
+
+
+def test_export_refuses_to_write_over_its_database(db: Path) -> None:
+    seeded(db)
+    roundabout = f"{db.parent}/../{db.parent.name}/{db.name}"
+    for out in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), roundabout):
+        one_line(courtly("export", "--db", db, "--out", out), 2, "crawl database", str(out))
+    assert list(candidates(db)) == [SEED]
+
+
+def test_export_to_a_full_disk_is_one_line(db: Path) -> None:
+    seeded(db)
+    one_line(courtly("export", "--db", db, "--out", "/dev/full"), 2, "cannot write /dev/full")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "courtly", "export", "--db", str(db)],
+                              stdout=full, stderr=subprocess.PIPE, text=True, check=False)
+    one_line(Run(proc.returncode, "", proc.stderr), 2, "cannot write standard output")
+
+
+# -- the demo ------------------------------------------------------------------------------
+
+
+def test_demo_refuses_to_delete_a_database_it_did_not_write(db: Path, tmp_path: Path) -> None:
+    seeded(db, "http://example.com/")
+    notes = write(tmp_path / "notes.txt", "precious\n")
+    for path in (db, notes):
+        before = path.read_bytes()
+        one_line(courtly("demo", "--db", path), 2, str(path))
+        assert path.read_bytes() == before
+    assert list(candidates(db)) == ["http://example.com/"]
+
+
+def test_demo_replaces_its_own_database(db: Path) -> None:
+    seeded(db, "http://127.0.0.1:1/old")  # what a demo database holds: 127.0.0.1 origins
+    run = courtly("demo", "--db", db)
+    assert run.status == 0, run.err
+    assert "http://127.0.0.1:1/old" not in candidates(db)
+    assert len(rows(db, "SELECT origin FROM origins WHERE seed = 1")) == 3
+
+
+def test_demo_argument_mistakes_are_one_line(tmp_path: Path) -> None:
+    demo_db = tmp_path / "demo.db"
+    for port in ("99999", "-1", "65535"):
+        one_line(courtly("demo", "--port", port, "--db", demo_db), 2, "--port")
+    one_line(courtly("demo", "--db", tmp_path), 2, "directory")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        one_line(courtly("demo", "--port", port, "--db", demo_db), 2, str(port), "in use")
+    assert not demo_db.exists()
+
+
+# -- --db ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["", ":memory:"])
+def test_db_that_saves_nothing_is_refused(bad: str, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for command in (["crawl", SEED], ["add-seeds", SEED], ["export"], ["stats"], ["check", SEED],
+                    ["worker"], ["demo"]):
+        one_line(courtly(*command, "--db", bad), 2, "db")
+    write(tmp_path / "crawl.toml", f'db = "{bad}"\n')
+    one_line(courtly("add-seeds", SEED, "--config", "crawl.toml"), 2, "db")
+    assert list(tmp_path.iterdir()) == [tmp_path / "crawl.toml"]
+
+
+# -- strategies ----------------------------------------------------------------------------
+
+
+def test_strategy_module_that_fails_to_import_is_one_line(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write(tmp_path / "broken_syntax_strategy.py", "class S(:\n")
+    write(tmp_path / "raising_strategy.py", "raise RuntimeError('no config here')\n")
+    for spec, words in [("broken_syntax_strategy:S", "SyntaxError"),
+                        ("raising_strategy:S", "RuntimeError: no config here")]:
+        run = courtly("add-seeds", SEED, "--db", db, "--strategy", spec)
+        one_line(run, 2, "cannot load strategy", spec, words)
+
+
+HOOKS = """
+from courtly.strategy import CrawlingStrategy
+
+class BadSeeds(CrawlingStrategy):
+    def read_seeds(self, stream):
+        raise ValueError("seeds are off today")
+
+class BadClose(CrawlingStrategy):
+    def close(self):
+        raise OSError("metadata store gone")
+"""
+
+
+def test_strategy_hook_that_raises_is_one_line(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write(tmp_path / "hook_strategies.py", HOOKS)
+    for command in ("add-seeds", "crawl"):
+        run = courtly(command, SEED, "--db", db, "--strategy", "hook_strategies:BadSeeds")
+        one_line(run, 2, "read_seeds", "ValueError: seeds are off today")
+        run = courtly(command, SEED, "--db", db, "--strategy", "hook_strategies:BadClose")
+        one_line(run, 2, "close", "OSError: metadata store gone")
+
+
+@pytest.mark.parametrize("cap", ['"abc"', "[1]", "0", "-1", "1.5", "true"])
+def test_discovery_cap_must_be_a_positive_integer(cap: str, db: Path, tmp_path: Path) -> None:
+    config = write(tmp_path / "crawl.toml",
+                   f'strategy = "discovery"\n[strategy_args]\nmax_pages_per_origin = {cap}\n')
+    for command in ("add-seeds", "crawl"):
+        run = courtly(command, SEED, "--db", db, "--config", config)
+        one_line(run, 2, "max_pages_per_origin", "positive integer")
+
+
+# -- the configuration ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["5", "true", '"http://127.0.0.1:1/a"'])
+def test_seeds_key_that_is_not_a_list(value: str, db: Path, tmp_path: Path) -> None:
+    config = write(tmp_path / "crawl.toml", f"seeds = {value}\n")
+    for extra in ((), (SEED,)):
+        run = courtly("add-seeds", *extra, "--db", db, "--config", config)
+        one_line(run, 2, "seeds: Input should be a valid list")
+    assert not db.exists()
+
+
+def test_user_agent_with_control_characters_is_refused(db: Path, tmp_path: Path) -> None:
+    config = write(tmp_path / "crawl.toml", 'user_agent = "bot\\nX"\n')
+    one_line(courtly("crawl", SEED, "--db", db, "--config", config), 2, "user_agent")
+    for agent in ("bot\r\nX: 1", "bot\x00", "bot\tX", "bot\x7f"):
+        one_line(courtly("crawl", SEED, "--db", db, "--user-agent", agent), 2, "user_agent")
+    assert not db.exists()
+
+
+def test_infinite_or_nan_numbers_are_refused(db: Path, tmp_path: Path) -> None:
+    for value in ("inf", "nan", "-inf"):
+        one_line(courtly("crawl", SEED, "--db", db, "--min-delay", value), 2, "min_delay")
+    for key, section in [("min_delay", ""), ("commit_interval", ""), ("backoff_max", "politeness"),
+                         ("expiry", "robots"), ("total_timeout", "limits"), ("ok", "recrawl")]:
+        header = f"[{section}]\n" if section else ""
+        config = write(tmp_path / "crawl.toml", f"{header}{key} = inf\n")
+        one_line(courtly("crawl", SEED, "--db", db, "--config", config), 2, key, "finite")
+    assert not db.exists()
+
+
+def test_seeds_file_comments_trailing_words_and_bom(db: Path, tmp_path: Path) -> None:
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_bytes("\ufeffhttp://127.0.0.1:1/a\n  # an indented comment\n"
+                      "http://127.0.0.1:1/b # the b page\n\thttp://127.0.0.1:1/c\tnote\n"
+                      .encode())
+    run = courtly("add-seeds", "--seeds-file", seeds, "--db", db)
+    assert run.status == 0, run.err
+    assert sorted(candidates(db)) == [f"http://127.0.0.1:1/{p}" for p in "abc"]
+
+
+def test_config_file_with_a_bom(db: Path, tmp_path: Path) -> None:
+    config = tmp_path / "crawl.toml"
+    config.write_bytes(f'\ufeffseeds = ["{SEED}"]\n'.encode())
+    run = courtly("add-seeds", "--db", db, "--config", config)
+    assert run.status == 0, run.err
+    assert list(candidates(db)) == [SEED]
+
+
+# -- a file that is not a crawl database ---------------------------------------------------
+
+
+def test_read_only_commands_leave_a_foreign_sqlite_file_alone(tmp_path: Path) -> None:
+    app = tmp_path / "app.db"
+    con = sqlite3.connect(app)
+    con.execute("CREATE TABLE foo (x)")
+    con.commit()
+    con.close()
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for path in (app, empty):
+        before = path.read_bytes()
+        for command in (["stats"], ["export"], ["check", SEED]):
+            one_line(courtly(*command, "--db", path), 2, f"{path} is not a courtly crawl database")
+        assert path.read_bytes() == before
+    one_line(courtly("add-seeds", SEED, "--db", app), 2, "not a courtly crawl database")
+    assert [r["name"] for r in rows(app, "SELECT name FROM sqlite_master")] == ["foo"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db", "empty.db"]
+    seeded(tmp_path / "new.db")  # a new path still becomes a crawl database
