@@ -93,7 +93,7 @@ def test_demo_argument_mistakes_are_one_line(tmp_path: Path) -> None:
 # -- --db ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["", ":memory:"])
+@pytest.mark.parametrize("bad", ["", ":memory:", "mysql://127.0.0.1/test"])
 def test_db_that_saves_nothing_is_refused(bad: str, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -166,9 +166,13 @@ class CrawlConfig(_Section):
     @field_validator("db")
     @classmethod
     def _db_keeps_the_crawl(cls, db: str) -> str:
-        """Reject an empty path and SQLite's in-memory database: nothing would be saved."""
+        """Reject an empty path, SQLite's in-memory database (nothing would be saved) and URLs of
+        other databases."""
         if db in ("", ":memory:"):
             raise ValueError(f"{db!r} is not a crawl database: give a file path or a URL")
+        if "://" in db and not db.startswith(("postgresql://", "postgres://")):
+            raise ValueError(f"{db.partition('://')[0]}:// is not supported: give a SQLite file "
+                             "path or a postgresql:// URL")
         return db
 
     @field_validator("user_agent")
