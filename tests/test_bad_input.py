@@ -223,3 +223,14 @@ def test_read_only_commands_leave_a_foreign_sqlite_file_alone(tmp_path: Path) ->
     assert [r["name"] for r in rows(app, "SELECT name FROM sqlite_master")] == ["foo"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db", "empty.db"]
     seeded(tmp_path / "new.db")  # a new path still becomes a crawl database
+
+
+def test_an_invalid_regex_is_one_line_with_re2s_reason(tmp_path: Path) -> None:
+    config = write(tmp_path / "crawl.toml", '[policies]\ndeny = ["re:(?<=a)b"]\n')
+    proc = subprocess.run(  # a real process: RE2 would write to file descriptor 2 itself
+        [sys.executable, "-m", "courtly", "crawl", SEED, "--db", str(tmp_path / "c.db"),
+         "--config", str(config)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"courtly: {config}: policies.deny: invalid regex in pattern 're:(?<=a)b': "
+        "invalid perl operator: (?<="]

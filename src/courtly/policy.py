@@ -66,11 +66,13 @@ def compile_pattern(pattern: str) -> tuple[str, bool]:
         regex = (_AUTHORITY if body.startswith("/") else "") + re2.escape(body)
     if not body:
         raise ValueError(f"empty pattern: {pattern!r}")
-    try:
-        re2.compile(body if pattern.startswith("re:") else regex)  # "a)|(b" must not compile
-        re2.compile(regex)
-    except re2.error:
-        raise ValueError(f"invalid regex in pattern {pattern!r}") from None
+    try:  # quietly: RE2 would log its own two lines to stderr
+        re2.compile(body if pattern.startswith("re:") else regex, _options())  # not "a)|(b"
+        re2.compile(regex, _options())
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else ""
+        why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
+        raise ValueError(f"invalid regex in pattern {pattern!r}: {why}") from None
     return "(?s)" + regex, literal
 
 
