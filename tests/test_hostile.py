@@ -11,6 +11,7 @@ import itertools
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from courtly.model import COSTS_PATIENCE, ExitCode, Link
 from courtly.parse import flatten, parse_html
 from courtly.site import Page, html
 from courtly.store.sqlite import SqliteStore
-from tests.conftest import courtly, courtly_process, rows
+from tests.conftest import courtly, courtly_process, fetched_paths, rows
 from tests.hostile_server import (
     Conn,
     HostileServer,
@@ -438,6 +439,22 @@ def test_a_database_locked_by_another_process_is_one_clear_line(db: Path) -> Non
         assert "locked by another process" in err
 
 
+def test_reading_commands_do_not_wait_for_a_crawls_write_lock(db: Path) -> None:
+    with HostileServer({"big": big_site(3)}) as srv:
+        assert courtly("add-seeds", srv.url("big"), "--db", db).status == 0
+    writer = sqlite3.connect(str(db), isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # as a crawl's open group commit holds it
+        writer.execute("UPDATE origins SET seed = seed")
+        for command in ("stats", "export"):
+            started = time.monotonic()
+            run = courtly(command, "--db", db)
+            assert run.status == 0, run.err
+            assert time.monotonic() - started < 2.5  # not the 5 s busy wait, nor its failure
+    finally:
+        writer.close()
+
+
 def test_a_second_crawl_on_the_same_database_is_refused(serve, db: Path) -> None:
     site = serve({"a": {"/": Page(html("Home", [f"/p{i}" for i in range(40)])),
                         **{f"/p{i}": Page(html(f"p{i}", [])) for i in range(40)}}})
@@ -452,11 +469,14 @@ def test_a_second_crawl_on_the_same_database_is_refused(serve, db: Path) -> None
         assert second.err.strip() == (f"courtly: another courtly crawl is running on {db} "
                                       "(one crawl at a time per database file)")
         assert first.poll() is None  # the first crawl goes on, at its own pace
+        while len(fetched_paths(site, "a")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=30)
     assert first.returncode == 0
     arrivals = [h.arrived for h in site.hits_for("a") if h.path != "/robots.txt"]
+    assert len(arrivals) >= 4
     assert min(b - a for a, b in itertools.pairwise(arrivals)) >= 0.1 - 0.005
     assert courtly("crawl", "--db", db, "--min-delay", "0").status == 0  # free again afterwards
 

@@ -177,8 +177,9 @@ class SqlStore:
 
     # -- schema --------------------------------------------------------------------------
     def _migrate(self) -> None:
-        with self._tx():
-            self._x("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        # outside a write transaction: when the table exists this takes no write lock, so
+        # `stats` and `export` do not wait for a crawl's group commit to end
+        self._x("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
         row = self._x("SELECT version FROM schema_version").fetchone()
         version = row[0] if row else 0
         if type(version) is not int or version < 0:
