@@ -10,7 +10,7 @@ import logging
 import sqlite3
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypeVar
 
@@ -18,6 +18,7 @@ import click
 
 from courtly.config import ConfigError, CrawlConfig, load_config
 from courtly.store import Store, StoreError, open_store
+from courtly.store.sqlite import read_only
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -117,7 +118,7 @@ def sqlite_tables(db: str) -> set[str] | None:
     if "://" in db or not Path(db).is_file():
         return None
     try:
-        with closing(sqlite3.connect(f"{Path(db).resolve().as_uri()}?mode=ro", uri=True)) as con:
+        with read_only(db) as con:
             return {name for (name,) in con.execute("SELECT name FROM sqlite_master")}
     except sqlite3.DatabaseError:
         return None  # damaged or not SQLite: opening the store explains it

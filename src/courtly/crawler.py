@@ -238,9 +238,8 @@ class Crawler:
             self.stop(f"database error: {exc}")
             at = None
         except Exception as exc:  # a bug outside a page's handling: stop cleanly, say where
-            log.debug("internal error", exc_info=True)
             crawler.patience = 0
-            self.stop(f"internal error: {_describe(exc)}")
+            self._stop_for_bug(exc)
             at = None
         finally:
             self.stats.in_flight -= 1
@@ -250,6 +249,11 @@ class Crawler:
         else:
             self.box.push(crawler, at)
         self._wake.set()
+
+    def _stop_for_bug(self, exc: Exception) -> None:
+        """Stop with one line naming the exception and where it was raised (exit status 1)."""
+        log.debug("internal error", exc_info=exc)
+        self.stop(f"internal error: {_describe(exc)}")
 
     def _finish(self, crawler: OriginCrawler) -> None:
         crawler.finished = True
@@ -686,8 +690,7 @@ class Crawler:
             log.error("database error: %s", exc)
             self.stop(f"database error: {exc}")
         except Exception as exc:  # a bug: stop cleanly rather than wait forever
-            log.debug("internal error", exc_info=True)
-            self.stop(f"internal error: {_describe(exc)}")
+            self._stop_for_bug(exc)
 
     async def _follow_leases(self) -> None:
         fleet = self.assignment

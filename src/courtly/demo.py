@@ -6,10 +6,11 @@ import os
 import sqlite3
 import subprocess
 import sys
-from contextlib import ExitStack, closing
+from contextlib import ExitStack
 from pathlib import Path
 
 from courtly.site import LocalSite, Page, html
+from courtly.store.sqlite import read_only
 
 
 class DemoError(Exception):
@@ -91,7 +92,7 @@ def _check_replaceable(db: str) -> None:
 def _written_by_demo(path: Path) -> bool:
     """Whether the file is a crawl database whose origins are all on 127.0.0.1, as the demo's."""
     try:
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as con:
+        with read_only(path) as con:
             con.execute("SELECT version FROM schema_version")
             origins = [origin for (origin,) in con.execute("SELECT origin FROM origins")]
     except sqlite3.DatabaseError:

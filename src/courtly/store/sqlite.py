@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sqlite3
@@ -149,6 +150,12 @@ class _Transaction:
             self._db.execute("ROLLBACK")
         if isinstance(exc, sqlite3.DatabaseError):
             raise StoreError(_explain(exc, store.path)) from None
+
+
+def read_only(path: str | Path) -> contextlib.closing[sqlite3.Connection]:
+    """A connection that cannot change the file (for looking at a file before trusting it)."""
+    uri = f"{Path(path).resolve().as_uri()}?mode=ro"
+    return contextlib.closing(sqlite3.connect(uri, uri=True))
 
 
 def _test_pragmas(db: sqlite3.Connection) -> None:
