@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from courtly import clock
 from courtly.cli import main
 from courtly.site import LocalSite, Page
 from tests.pgserver import PgUrl, crawl_schema, pg_rows, postgres_server, require
@@ -29,6 +30,13 @@ class Run:
     status: int
     out: str
     err: str
+
+
+@pytest.fixture(autouse=True)
+def _clock_after_test() -> Iterator[None]:
+    """A test that moved COURTLY_TIME_OFFSET leaves the next one the real clock."""
+    yield
+    clock.read_offset()  # after monkeypatch restored the environment (set up first, ends last)
 
 
 def courtly(*args: str) -> Run:

@@ -16,6 +16,7 @@ from typing import Any, NoReturn, TextIO, TypeVar
 
 import click
 
+from courtly import clock
 from courtly.config import ConfigError, CrawlConfig, load_config
 from courtly.store import Store, StoreError, open_store
 from courtly.store.sqlite import read_only
@@ -188,6 +189,7 @@ def main(verbose: int) -> None:
     """courtly: a polite, persistent web crawler."""
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
+    clock.read_offset()
 
 
 @main.command()

@@ -107,6 +107,7 @@ class Crawler:
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(config.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop
         self.run_id = 0
         self.fetcher: Fetcher
         self._opened: set[str] = set()  # origins whose strategy.origin_opened was called
@@ -129,7 +130,7 @@ class Crawler:
         """Crawl until every origin is finished, the budget is spent, or a signal arrives."""
         fleet = self.assignment
         self.run_id = fleet.join() if fleet is not None else self.store.begin_run()
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()  # kept: 3.11 asks getpid() on each lookup
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stop, f"stopped by {signal.Signals(sig).name}")
         try:  # a signal during the shut-down is handled too: it is already stopping
@@ -208,7 +209,7 @@ class Crawler:
                 self._slots.release()
                 return
             crawler = self.box.pop()
-            task = asyncio.create_task(self._run_turn(crawler))
+            task = self._loop.create_task(self._run_turn(crawler))
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
 

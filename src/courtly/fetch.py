@@ -185,8 +185,11 @@ class Fetcher:
         self._allowed = frozenset(h.strip("[]").lower() for h in allowed_hosts)
         self._concurrency = concurrency
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def __aenter__(self) -> Fetcher:
+        # kept: Python 3.11's get_running_loop() makes a getpid system call (several a request)
+        self._loop = asyncio.get_running_loop()
         resolver = None if self.limits.allow_private_addresses else GuardedResolver(self._allowed)
         connector = aiohttp.TCPConnector(
             limit=self._concurrency * 2,
@@ -240,13 +243,13 @@ class Fetcher:
 
         With truncate, a body over max_body is cut there instead of refused (robots.txt).
         """
-        assert self._session is not None, "use 'async with Fetcher(...)'"
+        assert self._session is not None and self._loop is not None, "use 'async with Fetcher'"
         lim = self.limits
         limit = max_body or lim.max_body_size
         started = time.monotonic()
         # one deadline: the first-byte timeout until the response head is in, then the total
-        loop_started = asyncio.get_running_loop().time()
-        deadline = asyncio.timeout(min(lim.first_byte_timeout, lim.total_timeout))
+        loop_started = self._loop.time()
+        deadline = asyncio.timeout_at(loop_started + min(lim.first_byte_timeout, lim.total_timeout))
         head = False
         try:
             async with deadline:
