@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from courtly.site import Page, html
@@ -34,3 +35,20 @@ def test_check_explains_policy_robots_scope_and_state(serve, tmp_path: Path) -> 
     out = check("http://127.0.0.1:9/elsewhere")
     assert "NOT in scope" in out and "unknown URL" in out
     assert "not a valid http(s) URL" in check("mailto:someone@example.org")
+
+
+def test_a_database_of_schema_7_gets_the_robots_error_column(serve, tmp_path: Path) -> None:
+    db = tmp_path / "crawl.db"
+    site = serve({"a": {"/robots.txt": robots("User-agent: *\nDisallow: /nope\n"),
+                        "/": Page(html("Home", []))}})
+    assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
+    con = sqlite3.connect(db)  # as schema 7 left it
+    con.execute("ALTER TABLE origins DROP COLUMN robots_error")
+    con.execute("UPDATE schema_version SET version = 7")
+    con.commit()
+    con.close()
+    out = courtly("check", site.url("a", "/nope"), "--db", db).out  # opening it migrates it
+    assert "disallowed: Disallow: /nope" in out  # the stored robots.txt is still there
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT robots_error FROM origins").fetchall() == [(None,)]
+    assert con.execute("SELECT version FROM schema_version").fetchone()[0] == 8

@@ -160,9 +160,33 @@ def test_robots_unavailable_for_good_gives_up_without_crawling(
     assert fetched_paths(site, "a") == []
     assert [h.path for h in site.hits_for("a")] == ["/robots.txt"] * 3
     assert candidates(db)[site.url("a")]["state"] == "NOT_CRAWLED"
+    assert rows(db, "SELECT robots_error FROM origins")[0]["robots_error"] == "status 503"
+    check = courtly("check", site.url("a", "/p0"), "--db", db).out
+    assert "robots.txt: unreachable at the last try (status 503)" in check
+    assert "verdict: not crawled yet: robots.txt unreachable" in check
     site.sites["a"]["/robots.txt"] = robots("User-agent: *\nAllow: /\n")
     assert courtly("crawl", "--db", db, "--min-delay", "0").status == 0  # not lost: next run
     assert set(fetched_paths(site, "a")) == {"/", "/p0", "/p1"}
+    assert rows(db, "SELECT robots_error FROM origins")[0]["robots_error"] is None  # read again
+    assert "robots.txt: allowed" in courtly("check", site.url("a", "/p0"), "--db", db).out
+
+
+def test_robots_unreachable_later_uses_the_stored_copy_and_says_so(
+    serve, db: Path, tmp_path: Path
+) -> None:
+    site = serve({"a": {"/robots.txt": robots("User-agent: *\nDisallow: /p1\n"), **pages(2)}})
+    assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
+    site.sites["a"]["/robots.txt"] = Page("down", 503)
+    site.sites["a"]["/"] = Page(html("home", ["/p0", "/p1", "/new"]))
+    site.sites["a"]["/new"] = Page(html("new", []))
+    cfg = config(tmp_path, "[robots]\nexpiry = 0.01\n")  # read again, and it fails
+    run = courtly("crawl", "--db", db, "--min-delay", "0", "--force-recrawl", "--config", cfg)
+    assert run.status == 0, run.err
+    assert "/new" in fetched_paths(site, "a") and "/p1" not in fetched_paths(site, "a")
+    assert rows(db, "SELECT robots_error FROM origins")[0]["robots_error"] == "status 503"
+    out = courtly("check", site.url("a", "/p1"), "--db", db).out
+    assert ("robots.txt: disallowed: Disallow: /p1 (group *, line 2) (stored copy; the last "
+            "fetch failed: status 503)") in out
 
 
 def test_robots_4xx_allows_all_and_redirects_are_followed(serve, db: Path) -> None:
@@ -216,3 +240,5 @@ def test_an_origin_given_up_is_named_in_the_summary(serve, db: Path, tmp_path: P
     assert len(fetched_paths(site, "a")) == 2  # the other origin was crawled
     assert (f"courtly: 1 origin(s) stopped early: http://127.0.0.1:{port}: robots.txt "
             "unavailable (connect: ") in run.err
+    check = courtly("check", f"http://127.0.0.1:{port}/", "--db", db).out
+    assert "robots.txt: unreachable at the last try (connect: " in check  # kept in the database

@@ -417,23 +417,25 @@ class Crawler:
         rules = self.config.robots
         state = crawler.state
         if status is None or status == 429 or status >= 500:
+            state.robots_error = failure or f"status {status}"  # kept for `courtly check`
             stale = state.robots_fetched is not None and state.robots_status is not None and (
                 clock.now() - state.robots_fetched < rules.stale_cache_limit
             ) and state.robots_status < 500
             if stale and state.robots_status is not None:
                 crawler.robots = self._parse_robots(state.robots_status, state.robots_body or b"")
                 crawler.robots_expires = time.monotonic() + min(rules.expiry, 60.0)
-                return
-            crawler.robots = None  # unavailable: nothing is crawled until it recovers
-            crawler.patience -= 1
-            crawler.finish_reason = f"robots.txt unavailable ({failure or f'status {status}'})"
-            pause = rate_limit_pause(crawler, None, self.config.politeness, time.monotonic())
-            crawler.next_request_at = time.monotonic() + pause
+            else:
+                crawler.robots = None  # unavailable: nothing is crawled until it recovers
+                crawler.patience -= 1
+                crawler.finish_reason = f"robots.txt unavailable ({state.robots_error})"
+                pause = rate_limit_pause(crawler, None, self.config.politeness, time.monotonic())
+                crawler.next_request_at = time.monotonic() + pause
+            self.store.save_origin(state)
             return
         crawler.robots = self._parse_robots(status, body)
         crawler.robots_expires = time.monotonic() + rules.expiry
         crawler.finish_reason = ""
-        state.robots_status, state.robots_body = status, body
+        state.robots_status, state.robots_body, state.robots_error = status, body, None
         state.robots_fetched = clock.now()
         state.crawl_delay = crawler.robots.crawl_delay
         state.sitemaps = list(crawler.robots.sitemaps)

@@ -29,6 +29,7 @@ def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tupl
     verdict = policy.check(normalized, depth)
     lines.append(("policy", f"{'allowed' if verdict.allowed else 'refused'}: {verdict.rule}"))
     robots_line, robots_ok = "not fetched yet (checked right before the fetch)", True
+    state = None
     if not config.robots.obey:
         robots_line = "ignored (obey_robots = false)"
     elif store is not None:
@@ -40,11 +41,19 @@ def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tupl
             )
             robots_ok, rule = rules.explain(normalized)
             robots_line = f"{'allowed' if robots_ok else 'disallowed'}: {rule}"
+            if state.robots_error:
+                robots_line += f" (stored copy; the last fetch failed: {state.robots_error})"
+        elif state.robots_error:
+            robots_ok = False
+            robots_line = (f"unreachable at the last try ({state.robots_error}): the origin's "
+                           "URLs wait until it answers")
     lines.append(("robots.txt", robots_line))
     if not in_scope:
         final = "not crawled: out of scope"
     elif not verdict.allowed:
         final = "not crawled: BLOCKED_URL_BY_LOCAL_POLICY"
+    elif not robots_ok and state is not None and state.robots_status is None:
+        final = "not crawled yet: robots.txt unreachable"
     elif not robots_ok:
         final = "not crawled: BLOCKED_BY_ROBOTS_TXT"
     else:

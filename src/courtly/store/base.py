@@ -26,6 +26,8 @@ class OriginState:
     backoff_level: int = 0
     sitemaps: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: why the last robots.txt fetch failed, until one succeeds
+    robots_error: str | None = None
 
 
 class Store(Protocol):

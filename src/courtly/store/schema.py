@@ -158,4 +158,9 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX cand_fresh ON candidates (origin, score DESC, id, url, depth, state) "
         "WHERE state = 'NOT_CRAWLED'",
     ],
+    # 8: why the last robots.txt fetch failed (status or network error), so `courtly check`
+    # can say why an origin's URLs wait; cleared when robots.txt is read again
+    [
+        "ALTER TABLE origins ADD COLUMN robots_error TEXT",
+    ],
 ]

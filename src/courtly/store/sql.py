@@ -100,7 +100,7 @@ _ORIGIN_COLUMNS: dict[str, Convert] = {
     "robots_body": _optional(_blob), "robots_status": _optional(int),
     "robots_fetched": _optional(_finite), "crawl_delay": _optional(_finite),
     "backoff_until": _finite, "backoff_level": int, "sitemaps": _url_list,
-    "metadata": _object,
+    "metadata": _object, "robots_error": _optional(str),
 }
 
 
@@ -439,16 +439,18 @@ class SqlStore:
     def _upsert_origin(self, state: OriginState) -> None:
         self._x(
             "INSERT INTO origins (origin, configured, robots_body, robots_status, "
-            "robots_fetched, crawl_delay, backoff_until, backoff_level, sitemaps, metadata) "
-            "VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (origin) DO UPDATE SET "
-            "robots_body = excluded.robots_body, robots_status = excluded.robots_status, "
+            "robots_fetched, crawl_delay, backoff_until, backoff_level, sitemaps, metadata, "
+            "robots_error) VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (origin) DO "
+            "UPDATE SET robots_body = excluded.robots_body, "
+            "robots_status = excluded.robots_status, "
             "robots_fetched = excluded.robots_fetched, crawl_delay = excluded.crawl_delay, "
             "backoff_until = excluded.backoff_until, "
             "backoff_level = excluded.backoff_level, "
-            "sitemaps = excluded.sitemaps, metadata = excluded.metadata",
+            "sitemaps = excluded.sitemaps, metadata = excluded.metadata, "
+            "robots_error = excluded.robots_error",
             (state.origin, state.robots_body, state.robots_status, state.robots_fetched,
              state.crawl_delay, state.backoff_until, state.backoff_level,
-             json.dumps(state.sitemaps), json.dumps(state.metadata)),
+             json.dumps(state.sitemaps), json.dumps(state.metadata), state.robots_error),
         )
 
     # -- reading -------------------------------------------------------------------------
