@@ -189,7 +189,10 @@ def main(verbose: int) -> None:
     """courtly: a polite, persistent web crawler."""
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
-    clock.read_offset()
+    try:
+        clock.read_offset()
+    except ValueError:
+        fail("COURTLY_TIME_OFFSET must be a number of seconds")
 
 
 @main.command()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import time
 
@@ -10,8 +12,12 @@ _offset = [0.0]  # seconds; read from the environment when a command starts
 
 def read_offset() -> None:
     """Read COURTLY_TIME_OFFSET (each command does at its start, so a test can move time between
-    runs in one process; not at each `now()`: an environment lookup per call was 1 % of a crawl)."""
-    _offset[0] = float(os.environ.get("COURTLY_TIME_OFFSET", "0") or 0)
+    runs in one process; not at each `now()`: an environment lookup per call was 1 % of a crawl).
+    ValueError if it is not a number of seconds."""
+    value = float(os.environ.get("COURTLY_TIME_OFFSET", "0") or 0)
+    if not math.isfinite(value):
+        raise ValueError(value)
+    _offset[0] = value
 
 
 def now() -> float:
@@ -19,4 +25,5 @@ def now() -> float:
     return time.time() + _offset[0]
 
 
-read_offset()
+with contextlib.suppress(ValueError):  # a bad value is reported when a command starts
+    read_offset()
