@@ -29,7 +29,7 @@ def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tupl
     verdict = policy.check(normalized, depth)
     lines.append(("policy", f"{'allowed' if verdict.allowed else 'refused'}: {verdict.rule}"))
     robots_line, robots_ok = "not fetched yet (checked right before the fetch)", True
-    state = None
+    robots_verdict = "not crawled: BLOCKED_BY_ROBOTS_TXT"  # when robots_ok is False
     if not config.robots.obey:
         robots_line = "ignored (obey_robots = false)"
     elif store is not None:
@@ -44,7 +44,7 @@ def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tupl
             if state.robots_error:
                 robots_line += f" (stored copy; the last fetch failed: {state.robots_error})"
         elif state.robots_error:
-            robots_ok = False
+            robots_ok, robots_verdict = False, "not crawled yet: robots.txt unreachable"
             robots_line = (f"unreachable at the last try ({state.robots_error}): the origin's "
                            "URLs wait until it answers")
     lines.append(("robots.txt", robots_line))
@@ -52,10 +52,8 @@ def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tupl
         final = "not crawled: out of scope"
     elif not verdict.allowed:
         final = "not crawled: BLOCKED_URL_BY_LOCAL_POLICY"
-    elif not robots_ok and state is not None and state.robots_status is None:
-        final = "not crawled yet: robots.txt unreachable"
     elif not robots_ok:
-        final = "not crawled: BLOCKED_BY_ROBOTS_TXT"
+        final = robots_verdict
     else:
         final = "crawlable"
     lines.append(("verdict", final))
