@@ -15,7 +15,8 @@ import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from courtly.config import Limits
-from courtly.fetch import Fetcher, FetchError, GuardedResolver, _BlockedAddress, _Decoder
+from courtly.connection import Decoder
+from courtly.fetch import Fetcher, FetchError, GuardedResolver, _BlockedAddress
 from courtly.fetch import address_allowed as allowed
 from courtly.model import ExitCode
 from tests.hostile_server import (
@@ -136,7 +137,7 @@ def test_first_byte_and_read_idle_timeouts_are_told_apart(hostile: HostileServer
 
 def test_decoder_cuts_a_bomb_without_inflating_it() -> None:
     bomb = gzip_bomb(64 << 20)
-    decoder = _Decoder("gzip", 1 << 20)
+    decoder = Decoder("gzip", 1 << 20)
     with pytest.raises(FetchError) as info:
         for i in range(0, len(bomb), 16384):
             out = decoder.feed(bomb[i:i + 16384])
@@ -212,7 +213,7 @@ def test_a_name_resolving_to_loopback_is_blocked_before_any_byte(hostile: Hostil
 
     async def run() -> None:
         async with Fetcher(LIMITS, "courtly-test", 4, {"seed.test"}) as fetcher:
-            fetcher._session._connector._resolver = GuardedResolver(  # type: ignore[union-attr]
+            fetcher._resolver = GuardedResolver(
                 frozenset({"seed.test"}), FakeResolver({"evil.test": ["127.0.0.1"]}))
             await fetcher.get(f"http://evil.test:{port}/")
 

@@ -1,31 +1,32 @@
-"""The HTTP client: one pooled aiohttp session, no redirect following, bounded time and size."""
+"""The HTTP client: kept-alive connections per endpoint, no redirect following, bounded time
+and size, and an address guard on what it connects to."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
-import re
 import socket
 import ssl
 import time
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-import aiohttp
-import brotli
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
-from yarl import URL
 
 from courtly.config import Limits
+from courtly.connection import Connection, FetchError
 from courtly.model import ExitCode
 
-_CHUNK = 16 * 1024
-#: aiohttp's messages when a response head is over max_header_count / max_header_size
-_HEADER_LIMIT = re.compile(r"Too many headers|Got more than \d+ bytes|Header value too long|"
-                           r"Status line is too long|Request line too long", re.I)
+__all__ = ["FetchError", "Fetcher", "GuardedResolver", "Response", "address_allowed", "one_line"]
+
+#: an idle connection is closed after this many seconds (servers close theirs after 5-75)
+KEEP_ALIVE = 15.0
+#: idle connections kept per endpoint
+_IDLE_PER_ENDPOINT = 2
+_DNS_TTL = 300.0
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(slots=True)
@@ -37,15 +38,6 @@ class Response:
     headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
     body: bytes
     elapsed: float
-
-
-class FetchError(Exception):
-    """A fetch that ended without a usable response, with the exit code to log."""
-
-    def __init__(self, exit_code: ExitCode, detail: str) -> None:
-        super().__init__(detail)
-        self.exit_code = exit_code
-        self.detail = detail
 
 
 def address_allowed(address: str, allowed_hosts: Iterable[str] = ()) -> bool:
@@ -101,76 +93,68 @@ class _BlockedAddress(OSError):
     pass
 
 
-class _Decoder:
-    """Content-Encoding decoder with a cap on the decoded size (a bomb is cut off, not inflated)."""
+@dataclass(frozen=True, slots=True)
+class _Endpoint:
+    """Where a URL's request goes: what is connected to, and the Host header."""
 
-    def __init__(self, encoding: str, limit: int) -> None:
-        self.limit = limit
-        self.size = 0
-        self._zlib: Any = None
-        self._brotli: Any = None
-        if encoding in ("gzip", "x-gzip"):
-            self._zlib = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
-            self._zlib = zlib.decompressobj(wbits=zlib.MAX_WBITS)  # zlib; raw deflate on retry
-            self._raw_fallback = True
-        elif encoding == "br":
-            self._brotli = brotli.Decompressor()
-        elif encoding not in ("", "identity"):
-            raise FetchError(ExitCode.PROTOCOL_ERROR, f"unsupported Content-Encoding: {encoding}")
+    scheme: str
+    host: str  # lower case, IPv6 without brackets: as resolved and connected to
+    port: int
+    host_header: str
 
-    def feed(self, data: bytes) -> bytes:
-        """Decode one chunk; raise TOO_LARGE past the limit, PROTOCOL_ERROR on garbage."""
-        try:
-            if self._zlib is not None:
-                out = self._inflate(data)
-            elif self._brotli is not None:
-                out = self._brotli.process(data, output_buffer_limit=self.limit - self.size + 1)
-            else:
-                out = data
-            assert isinstance(out, bytes)
-        except (zlib.error, brotli.error) as exc:
-            raise FetchError(ExitCode.PROTOCOL_ERROR, f"bad compressed body: {exc}") from None
-        self._count(len(out))
-        return out
 
-    def _count(self, n: int) -> None:
-        self.size += n
-        if self.size > self.limit:
-            raise FetchError(
-                ExitCode.TOO_LARGE, f"decompressed body over {self.limit} bytes (cut off)"
-            )
+@functools.lru_cache(maxsize=4096)
+def _endpoint(scheme: str, authority: str) -> _Endpoint:
+    """The endpoint of "scheme://authority" (ValueError if it names none)."""
+    if scheme not in _DEFAULT_PORTS:
+        raise ValueError(f"not an http(s) URL scheme: {scheme!r}")
+    hostport = authority.rpartition("@")[2].lower()  # credentials are never sent
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        host, port_text = hostport[1:end], hostport[end + 1:].removeprefix(":")
+    else:
+        host, _, port_text = hostport.partition(":")
+    port = int(port_text) if port_text else _DEFAULT_PORTS[scheme]
+    if not host or not 0 < port < 65536:
+        raise ValueError(f"no host or a bad port in {authority!r}")
+    return _Endpoint(scheme, host, port, hostport)
 
-    def _inflate(self, data: bytes) -> bytes:
-        out: list[bytes] = []
-        produced = 0
-        while data:
-            room = self.limit - self.size - produced + 1
-            try:
-                chunk = self._zlib.decompress(data, room)
-            except zlib.error:
-                if self.size or produced or not getattr(self, "_raw_fallback", False):
-                    raise
-                self._raw_fallback = False  # "deflate" sent as raw deflate, not zlib
-                self._zlib = zlib.decompressobj(wbits=-zlib.MAX_WBITS)
-                continue
-            out.append(chunk)
-            produced += len(chunk)
-            if len(chunk) >= room:
-                break  # over the limit: the caller raises TOO_LARGE
-            if self._zlib.unconsumed_tail:
-                data = self._zlib.unconsumed_tail
-            elif self._zlib.eof and self._zlib.unused_data.lstrip(b"\0"):
-                # another gzip member (concatenated members are one gzip stream)
-                data = self._zlib.unused_data
-                self._zlib = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-            else:
-                data = b""
-        return b"".join(out)
+
+def _split(url: str) -> tuple[_Endpoint, str]:
+    """A URL's endpoint and request target (path and query); FetchError for a URL without."""
+    scheme, _, rest = url.partition("://")
+    slash = rest.find("/")
+    authority, target = (rest, "/") if slash < 0 else (rest[:slash], rest[slash:])
+    if "?" in authority or "#" in authority:  # "http://host?q": an empty path
+        authority, query = authority.partition("#")[0], ""
+        authority, _, query = authority.partition("?")
+        target = "/?" + query if query else "/"
+    target = target.partition("#")[0]
+    if not target.isprintable() or " " in target:
+        raise FetchError(ExitCode.NETWORK_ERROR, f"URL not sendable in a request: {url[:200]!r}")
+    try:
+        return _endpoint(scheme, authority), target
+    except ValueError as exc:
+        raise FetchError(ExitCode.NETWORK_ERROR, one_line(exc)) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 class Fetcher:
-    """Fetches single URLs with limits; redirects are returned, never followed."""
+    """Fetches single URLs with limits; redirects are returned, never followed.
+
+    Connections are kept alive per endpoint (at most two idle ones, closed after KEEP_ALIVE
+    seconds idle) and never carry a second request before the first is answered. A request is
+    sent once: a kept connection the server closed at that moment is a PROTOCOL_ERROR, retried
+    as a crawl action, never resent silently.
+    """
 
     def __init__(
         self,
@@ -180,46 +164,34 @@ class Fetcher:
         allowed_hosts: Iterable[str] = (),
     ) -> None:
         self.limits = limits
-        self.user_agent = user_agent
         # as URLs spell hosts to the resolver: no IPv6 brackets, lower case
         self._allowed = frozenset(h.strip("[]").lower() for h in allowed_hosts)
-        self._concurrency = concurrency
-        self._session: aiohttp.ClientSession | None = None
+        self._fixed_headers = (f"User-Agent: {user_agent}\r\nAccept: */*\r\n"
+                               "Accept-Encoding: gzip, deflate, br\r\n")
+        self._resolver: AbstractResolver = (
+            DefaultResolver() if limits.allow_private_addresses
+            else GuardedResolver(self._allowed))
+        self._idle: dict[_Endpoint, list[Connection]] = {}
+        self._dns: dict[str, tuple[float, list[tuple[str, int]]]] = {}
+        self._tls: ssl.SSLContext | None = None
+        self._sweep_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def __aenter__(self) -> Fetcher:
         # kept: Python 3.11's get_running_loop() makes a getpid system call (several a request)
         self._loop = asyncio.get_running_loop()
-        resolver = None if self.limits.allow_private_addresses else GuardedResolver(self._allowed)
-        connector = aiohttp.TCPConnector(
-            limit=self._concurrency * 2,
-            limit_per_host=2,
-            ttl_dns_cache=300,
-            resolver=resolver,
-            enable_cleanup_closed=True,
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            headers={"User-Agent": self.user_agent, "Accept-Encoding": "gzip, deflate, br"},
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            max_field_size=self.limits.max_header_size,
-            max_line_size=self.limits.max_header_size,
-            max_headers=self.limits.max_header_count,
-            timeout=aiohttp.ClientTimeout(
-                total=None,
-                connect=self.limits.connect_timeout,
-                sock_read=self.limits.read_timeout,
-            ),
-        )
-        # one request per crawl action: no silent resend when a server drops the connection
-        if hasattr(self._session, "_retry_connection"):
-            self._session._retry_connection = False
+        lim = self.limits
+        self._protocol = functools.partial(
+            Connection, self._loop, lim.max_header_count, lim.max_header_size,
+            lim.max_decompressed_size, lim.read_timeout)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+        await self._resolver.close()
 
     def _check_literal_address(self, host: str) -> None:
         host = host.strip("[]").lower()
@@ -243,93 +215,131 @@ class Fetcher:
 
         With truncate, a body over max_body is cut there instead of refused (robots.txt).
         """
-        assert self._session is not None and self._loop is not None, "use 'async with Fetcher'"
+        assert self._loop is not None, "use 'async with Fetcher'"
         lim = self.limits
-        limit = max_body or lim.max_body_size
         started = time.monotonic()
         # one deadline: the first-byte timeout until the response head is in, then the total
         loop_started = self._loop.time()
         deadline = asyncio.timeout_at(loop_started + min(lim.first_byte_timeout, lim.total_timeout))
-        head = False
+        conn = None
+        endpoint, target = _split(url)
+        self._check_literal_address(endpoint.host)
+        request = self._request(endpoint, target, headers)
         try:
             async with deadline:
-                target = URL(url, encoded=True)  # normalized: percent-encoded already
-                self._check_literal_address(target.raw_host or "")
-                resp = await self._session.get(target, headers=headers, allow_redirects=False)
-                head = True
-                deadline.reschedule(loop_started + lim.total_timeout)
-                async with resp:
-                    return await self._read(resp, url, limit, truncate, started)
-        except FetchError:
+                conn = await self._connection(endpoint)
+                status, hdrs, body = await conn.request(
+                    request, max_body or lim.max_body_size, truncate, deadline,
+                    loop_started + lim.total_timeout)
+        except FetchError as exc:
+            if exc.exit_code is ExitCode.TIMEOUT:
+                raise FetchError(exc.exit_code, f"{exc.detail} {_took(started)}") from None
             raise
-        except TimeoutError as exc:
-            raise FetchError(ExitCode.TIMEOUT, self._timeout_detail(exc, deadline, head,
-                                                                    started)) from None
-        except aiohttp.ClientConnectorError as exc:
-            if isinstance(exc.os_error, _BlockedAddress):
-                raise FetchError(ExitCode.BLOCKED_ADDRESS, str(exc.os_error)) from None
-            if isinstance(exc, aiohttp.ClientSSLError):
-                raise FetchError(ExitCode.PROTOCOL_ERROR, f"TLS: {exc}") from None
-            raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {exc.os_error}") from None
+        except TimeoutError:
+            head = conn is not None and conn.head_done
+            first_byte = lim.first_byte_timeout < lim.total_timeout and not head
+            what = (f"first-byte timeout ({lim.first_byte_timeout}s)" if first_byte
+                    else f"total timeout ({lim.total_timeout}s)")
+            raise FetchError(ExitCode.TIMEOUT, f"{what} {_took(started)}") from None
+        finally:
+            if conn is not None:
+                self._release(endpoint, conn)
+        return Response(url, status, hdrs, body, time.monotonic() - started)
+
+    def _request(self, endpoint: _Endpoint, target: str, headers: dict[str, str] | None
+                 ) -> bytes:
+        head = f"GET {target} HTTP/1.1\r\nHost: {endpoint.host_header}\r\n{self._fixed_headers}"
+        for name, value in (headers or {}).items():
+            if "\r" in value or "\n" in value:  # a stored validator must not add a header
+                value = " ".join(value.split())
+            head += f"{name}: {value}\r\n"
+        return (head + "\r\n").encode("utf-8", "replace")
+
+    # -- connections ---------------------------------------------------------------------------
+    async def _connection(self, endpoint: _Endpoint) -> Connection:
+        """A kept-alive connection to the endpoint, or a new one."""
+        idle = self._idle.get(endpoint)
+        now = self._loop.time()  # type: ignore[union-attr]
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since < KEEP_ALIVE:
+                return conn
+            conn.close()
+        lim = self.limits
+        try:
+            async with asyncio.timeout(lim.connect_timeout):  # resolving and connecting
+                return await self._open(endpoint)
+        except TimeoutError:
+            raise FetchError(ExitCode.TIMEOUT, f"connect timeout ({lim.connect_timeout}s)"
+                             ) from None
+
+    async def _open(self, endpoint: _Endpoint) -> Connection:
+        host = endpoint.host
+        if _literal(host):
+            addresses = [(host, 0)]
+        else:
+            addresses = await self._resolve(host, endpoint.port)
+        tls = None
+        if endpoint.scheme == "https":
+            tls = self._tls = self._tls or ssl.create_default_context()
+        error: OSError | None = None
+        for address, family in addresses:
+            try:
+                _, conn = await self._loop.create_connection(  # type: ignore[union-attr]
+                    self._protocol, address, endpoint.port, family=family, ssl=tls,
+                    server_hostname=host if tls else None)
+                return conn
+            except ssl.SSLError as exc:  # before OSError: it is one
+                raise FetchError(ExitCode.PROTOCOL_ERROR, f"TLS: {one_line(exc)}") from None
+            except OSError as exc:
+                error = exc
+        raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {one_line(error or 'no address')}")
+
+    async def _resolve(self, host: str, port: int) -> list[tuple[str, int]]:
+        """The addresses to connect to (the resolver's answers, kept for _DNS_TTL seconds)."""
+        now = self._loop.time()  # type: ignore[union-attr]
+        known = self._dns.get(host)
+        if known is not None and known[0] > now:
+            return known[1]
+        try:
+            results = await self._resolver.resolve(host, port, socket.AF_UNSPEC)
         except _BlockedAddress as exc:
             raise FetchError(ExitCode.BLOCKED_ADDRESS, str(exc)) from None
-        except aiohttp.ClientResponseError as exc:
-            if _HEADER_LIMIT.search(exc.message):
-                raise FetchError(ExitCode.TOO_LARGE, f"response head over the limits "
-                                 f"({lim.max_header_count} headers, {lim.max_header_size} "
-                                 f"bytes a line): {one_line(exc.message)}") from None
-            raise FetchError(ExitCode.PROTOCOL_ERROR, one_line(exc.message)) from None
-        except aiohttp.ClientPayloadError as exc:
-            raise FetchError(ExitCode.PROTOCOL_ERROR, one_line(exc)) from None
-        except aiohttp.ServerDisconnectedError as exc:
-            raise FetchError(ExitCode.PROTOCOL_ERROR, one_line(exc)) from None
-        except (aiohttp.ClientError, ssl.SSLError, OSError, ValueError, UnicodeError) as exc:
-            raise FetchError(ExitCode.NETWORK_ERROR, one_line(exc)) from None
+        except OSError as exc:
+            raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {one_line(exc)}") from None
+        addresses = [(r["host"], r["family"]) for r in results]
+        self._dns[host] = (now + _DNS_TTL, addresses)
+        return addresses
 
-    async def _read(
-        self, resp: aiohttp.ClientResponse, url: str, limit: int, truncate: bool, started: float
-    ) -> Response:
-        """Read the body chunk by chunk, cutting it off at the size limits."""
-        declared = resp.content_length
-        if declared is not None and declared > limit and not truncate:
-            raise FetchError(ExitCode.TOO_LARGE, f"Content-Length {declared} over {limit} bytes")
-        decoder = _Decoder(
-            resp.headers.get("Content-Encoding", "").strip().lower(),
-            self.limits.max_decompressed_size,
-        )
-        parts: list[bytes] = []
-        received = 0
-        async for chunk in resp.content.iter_chunked(_CHUNK):
-            received += len(chunk)
-            if received > limit:
-                if not truncate:
-                    raise FetchError(ExitCode.TOO_LARGE, f"body over {limit} bytes (cut off)")
-                parts.append(decoder.feed(chunk[: len(chunk) - (received - limit)]))
-                break
-            parts.append(decoder.feed(chunk))
-        hdrs: dict[str, str] = {}
-        for name, value in resp.headers.items():
-            key = name.lower()
-            if not value.isascii():  # bytes that are not UTF-8 arrive as surrogates: replaced
-                value = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-            hdrs[key] = f"{hdrs[key]}, {value}" if key in hdrs else value
-        return Response(url, resp.status, hdrs, b"".join(parts), time.monotonic() - started)
+    def _release(self, endpoint: _Endpoint, conn: Connection) -> None:
+        """Keep a connection whose response ended cleanly; close any other."""
+        now = self._loop.time()  # type: ignore[union-attr]
+        idle = self._idle.setdefault(endpoint, [])
+        if conn.reusable and not conn.closed and len(idle) < _IDLE_PER_ENDPOINT:
+            conn.idle_since = now
+            idle.append(conn)
+        else:
+            conn.close()
+        if now >= self._sweep_at:
+            self._sweep(now)
 
-    def _timeout_detail(
-        self, exc: BaseException, deadline: asyncio.Timeout, head: bool, started: float
-    ) -> str:
-        lim = self.limits
-        took = f"after {time.monotonic() - started:.1f}s"
-        first_byte = lim.first_byte_timeout < lim.total_timeout and not head
-        if deadline.expired() and not first_byte:
-            return f"total timeout ({lim.total_timeout}s) {took}"
-        if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            return f"connect timeout ({lim.connect_timeout}s) {took}"
-        if deadline.expired():
-            return f"first-byte timeout ({lim.first_byte_timeout}s) {took}"
-        if isinstance(exc, aiohttp.SocketTimeoutError):
-            return f"read-idle timeout ({lim.read_timeout}s without data) {took}"
-        return f"timed out {took}"
+    def _sweep(self, now: float) -> None:
+        """Close connections idle too long; forget expired DNS answers."""
+        self._sweep_at = now + KEEP_ALIVE
+        for endpoint, idle in list(self._idle.items()):
+            kept = [c for c in idle if not c.closed and now - c.idle_since < KEEP_ALIVE]
+            for conn in idle:
+                if conn not in kept:
+                    conn.close()
+            if kept:
+                self._idle[endpoint] = kept
+            else:
+                del self._idle[endpoint]
+        self._dns = {h: v for h, v in self._dns.items() if v[0] > now}
+
+
+def _took(started: float) -> str:
+    return f"after {time.monotonic() - started:.1f}s"
 
 
 def one_line(exc: BaseException | str) -> str:

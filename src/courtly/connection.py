@@ -1,0 +1,275 @@
+"""One HTTP/1.1 client connection: a GET written, its response parsed by httptools (llhttp).
+
+Written on asyncio's Protocol rather than through aiohttp's ClientSession, which spent about
+350,000 instructions a request in generic machinery (12 % of a crawl's CPU, bench/RESULTS.md);
+the parsing, the hard part, is llhttp's, the parser aiohttp and Node.js use.
+
+A response is read with its limits as it arrives: the head (header count and line size), the
+body (declared or received bytes over the limit: refused or, with truncate, cut there), the
+decoded size (Decoder), and the read-idle timeout. Every fault fails the request's future with
+one FetchError; the caller closes a connection that did not end its response cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from typing import Any
+
+import brotli
+import httptools
+
+from courtly.model import ExitCode
+
+#: what a response turns into: status, headers (lower-case names, repeats joined), body
+Answer = tuple[int, dict[str, str], bytes]
+
+
+class FetchError(Exception):
+    """A fetch that ended without a usable response, with the exit code to log."""
+
+    def __init__(self, exit_code: ExitCode, detail: str) -> None:
+        super().__init__(detail)
+        self.exit_code = exit_code
+        self.detail = detail
+
+
+class Decoder:
+    """Content-Encoding decoder with a cap on the decoded size (a bomb is cut off, not inflated)."""
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self._zlib: Any = None
+        self._brotli: Any = None
+        if encoding in ("gzip", "x-gzip"):
+            self._zlib = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            self._zlib = zlib.decompressobj(wbits=zlib.MAX_WBITS)  # zlib; raw deflate on retry
+            self._raw_fallback = True
+        elif encoding == "br":
+            self._brotli = brotli.Decompressor()
+        elif encoding not in ("", "identity"):
+            raise FetchError(ExitCode.PROTOCOL_ERROR, f"unsupported Content-Encoding: {encoding}")
+
+    def feed(self, data: bytes) -> bytes:
+        """Decode one chunk; raise TOO_LARGE past the limit, PROTOCOL_ERROR on garbage."""
+        try:
+            if self._zlib is not None:
+                out = self._inflate(data)
+            elif self._brotli is not None:
+                out = self._brotli.process(data, output_buffer_limit=self.limit - self.size + 1)
+            else:
+                out = data
+            assert isinstance(out, bytes)
+        except (zlib.error, brotli.error) as exc:
+            raise FetchError(ExitCode.PROTOCOL_ERROR, f"bad compressed body: {exc}") from None
+        self._count(len(out))
+        return out
+
+    def _count(self, n: int) -> None:
+        self.size += n
+        if self.size > self.limit:
+            raise FetchError(
+                ExitCode.TOO_LARGE, f"decompressed body over {self.limit} bytes (cut off)"
+            )
+
+    def _inflate(self, data: bytes) -> bytes:
+        out: list[bytes] = []
+        produced = 0
+        while data:
+            room = self.limit - self.size - produced + 1
+            try:
+                chunk = self._zlib.decompress(data, room)
+            except zlib.error:
+                if self.size or produced or not getattr(self, "_raw_fallback", False):
+                    raise
+                self._raw_fallback = False  # "deflate" sent as raw deflate, not zlib
+                self._zlib = zlib.decompressobj(wbits=-zlib.MAX_WBITS)
+                continue
+            out.append(chunk)
+            produced += len(chunk)
+            if len(chunk) >= room:
+                break  # over the limit: the caller raises TOO_LARGE
+            if self._zlib.unconsumed_tail:
+                data = self._zlib.unconsumed_tail
+            elif self._zlib.eof and self._zlib.unused_data.lstrip(b"\0"):
+                # another gzip member (concatenated members are one gzip stream)
+                data = self._zlib.unused_data
+                self._zlib = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            else:
+                data = b""
+        return b"".join(out)
+
+
+class Connection(asyncio.Protocol):
+    """A kept-alive connection to one endpoint, carrying one request at a time."""
+
+    transport: asyncio.Transport
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_header_count: int,
+                 max_header_size: int, max_decompressed: int, read_timeout: float) -> None:
+        self._loop = loop
+        self._max_count = max_header_count
+        self._max_line = max_header_size
+        self._max_head = max_header_count * max_header_size  # memory bound on a head in parts
+        self._max_decoded = max_decompressed
+        self._read_timeout = read_timeout
+        self._parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.idle_since = 0.0
+        self._waiter: asyncio.Future[Answer] | None = None
+        self._reset(0, False)
+
+    def _reset(self, limit: int, truncate: bool) -> None:
+        self._limit = limit
+        self._truncate = truncate
+        self._headers: dict[str, str] = {}
+        self._parts: list[bytes] = []
+        self._decoder: Decoder | None = None
+        self.received = 0  # bytes of the response so far (head and body)
+        self._body = 0  # body bytes as sent (before decoding)
+        self.head_done = False
+        self._delimited = False  # the body ends with the message (a length or chunks)
+        self.reusable = False  # the response ended cleanly and the server keeps the connection
+
+    # -- the request -------------------------------------------------------------------------
+    def request(self, data: bytes, limit: int, truncate: bool, deadline: asyncio.Timeout,
+                total_at: float) -> asyncio.Future[Answer]:
+        """Send a request; the future gets the response, or the FetchError that ended it.
+
+        The deadline (first byte) is moved to total_at when the response head is in.
+        """
+        self._reset(limit, truncate)
+        self._deadline = deadline
+        self._total_at = total_at
+        waiter = self._waiter = self._loop.create_future()
+        self._last_data = self._loop.time()
+        self._idle = self._loop.call_at(self._last_data + self._read_timeout, self._check_idle)
+        self.transport.write(data)
+        return waiter
+
+    def _check_idle(self) -> None:
+        idle = self._loop.time() - self._last_data
+        if idle < self._read_timeout:
+            self._idle = self._loop.call_at(self._last_data + self._read_timeout,
+                                            self._check_idle)
+            return
+        self._fail(FetchError(ExitCode.TIMEOUT,
+                              f"read-idle timeout ({self._read_timeout}s without data)"))
+
+    def _fail(self, error: FetchError) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+        self._finish()
+        self.close()
+
+    def _finish(self) -> None:
+        self._idle.cancel()
+        self._waiter = None
+
+    def close(self) -> None:
+        """Close the connection (at once: a response not read to its end is abandoned)."""
+        if not self.closed:
+            self.closed = True
+            self.transport.abort()
+
+    # -- asyncio's callbacks -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiter is None:  # bytes nobody asked for: the connection is not HTTP any more
+            self.close()
+            return
+        self._last_data = self._loop.time()
+        self.received += len(data)
+        if not self.head_done and self.received > self._max_head:
+            self._fail(FetchError(ExitCode.TOO_LARGE, f"response head over {self._max_head} "
+                                  "bytes (the limits on headers: count × line size)"))
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            self._fail(cause if isinstance(cause, FetchError) else FetchError(
+                ExitCode.PROTOCOL_ERROR, f"bad response: {cause}"))
+        except httptools.HttpParserError as exc:
+            where = "body" if self.head_done else "status line or headers"
+            if self._waiter is not None:
+                self._fail(FetchError(ExitCode.PROTOCOL_ERROR, f"bad response {where}: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._waiter is None:
+            return
+        if self.head_done and not self._delimited and exc is None:
+            self._complete()  # the body ran to the end of the connection (HTTP/1.0 style)
+            return
+        if self.received == 0:
+            detail = "server disconnected before responding"
+        elif not self.head_done:
+            detail = "server disconnected in the response head"
+        else:
+            detail = (f"response body not completed: connection closed after {self._body} "
+                      "bytes")
+        self._fail(FetchError(ExitCode.PROTOCOL_ERROR, detail + (f" ({exc})" if exc else "")))
+
+    # -- httptools' callbacks (a FetchError raised here ends the request) -------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._waiter is None:
+            return  # past the end of the response (a cut-off, or bytes after it)
+        headers = self._headers
+        if len(headers) >= self._max_count or len(name) + len(value) > self._max_line:
+            raise FetchError(ExitCode.TOO_LARGE, f"response head over the limits "
+                             f"({self._max_count} headers, {self._max_line} bytes a line)")
+        key = name.decode("latin-1").lower()
+        text = value.decode("utf-8", "replace").strip()
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+
+    def on_headers_complete(self) -> None:
+        if self._waiter is None:
+            return
+        status = self._parser.get_status_code()
+        if status < 200:  # 1xx: an interim response; the real one follows
+            self._headers = {}
+            return
+        self.head_done = True
+        self._deadline.reschedule(self._total_at)
+        headers = self._headers
+        declared = headers.get("content-length")
+        self._delimited = declared is not None or "chunked" in headers.get(
+            "transfer-encoding", "").lower() or status in (204, 304)
+        if declared is not None and int(declared) > self._limit and not self._truncate:
+            raise FetchError(ExitCode.TOO_LARGE,
+                             f"Content-Length {declared} over {self._limit} bytes")
+        encoding = headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity"):
+            self._decoder = Decoder(encoding, self._max_decoded)
+
+    def on_body(self, data: bytes) -> None:
+        if self._waiter is None:
+            return  # cut off (truncate): the rest is not read
+        self._body += len(data)
+        over = self._body - self._limit
+        if over > 0:
+            if not self._truncate:
+                raise FetchError(ExitCode.TOO_LARGE, f"body over {self._limit} bytes (cut off)")
+            data = data[: len(data) - over]
+        self._parts.append(data if self._decoder is None else self._decoder.feed(data))
+        if over >= 0 and self._truncate:
+            self._complete()
+
+    def on_message_complete(self) -> None:
+        if self._waiter is None or not self.head_done:
+            return  # after a cut-off, or the end of a 1xx response
+        self.reusable = self._parser.should_keep_alive()
+        self._complete()
+
+    def _complete(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result((self._parser.get_status_code(), self._headers,
+                               b"".join(self._parts)))
+        self._finish()
