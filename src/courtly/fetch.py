@@ -61,7 +61,7 @@ def address_allowed(address: str, allowed_hosts: Iterable[str] = ()) -> bool:
 class GuardedResolver(AbstractResolver):
     """Resolves names, then drops addresses the address guard refuses (so DNS cannot rebind).
 
-    aiohttp connects only to the addresses returned here, so the check is on the address
+    The fetcher connects only to the addresses returned here, so the check is on the address
     actually connected to. A seed's own host (allowed_hosts) is let through as it resolves.
     """
 

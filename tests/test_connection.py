@@ -1,0 +1,208 @@
+"""The HTTP client's connections: kept alive, replaced, closed; HTTP/1.0, 1xx, chunks, TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from courtly import fetch
+from courtly.config import Limits
+from courtly.fetch import Fetcher, FetchError
+from courtly.model import ExitCode
+
+LIMITS = Limits(connect_timeout=2, first_byte_timeout=2, read_timeout=2, total_timeout=4,
+                allow_private_addresses=True)
+#: (connection number, request number on it, request head) -> (raw response, close after it)
+Script = Callable[[int, int, str], tuple[bytes, bool]]
+
+
+@dataclass
+class KeepAliveServer:
+    """A raw server on 127.0.0.1 that answers each request by the script, on one connection
+    as long as the script does not close it; it records every request head and hang-up."""
+
+    script: Script
+    heads: list[tuple[int, str]] = field(default_factory=list)  # (connection, head)
+    connections: int = 0
+    hung_up: list[int] = field(default_factory=list)  # connections the client closed
+    port: int = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        number = self.connections
+        self.connections += 1
+        try:
+            for request in range(1000):
+                try:
+                    head = (await reader.readuntil(b"\r\n\r\n")).decode()
+                except asyncio.IncompleteReadError:
+                    self.hung_up.append(number)
+                    return
+                self.heads.append((number, head))
+                raw, close = self.script(number, request, head)
+                writer.write(raw)
+                await writer.drain()
+                if close:
+                    return
+        finally:
+            writer.close()
+
+    async def start(self, tls: ssl.SSLContext | None = None) -> asyncio.Server:
+        server = await asyncio.start_server(self.serve, "127.0.0.1", 0, ssl=tls)
+        self.port = server.sockets[0].getsockname()[1]
+        return server
+
+
+def ok(body: bytes = b"hello", extra: str = "") -> bytes:
+    return (f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n{extra}\r\n").encode() + body
+
+
+def run(script: Script, client: Callable[[Fetcher, str], Awaitable[Any]],
+        tls: ssl.SSLContext | None = None) -> tuple[Any, KeepAliveServer]:
+    """Start the server, run client(fetcher, base URL) against it, return its result."""
+    server = KeepAliveServer(script)
+
+    async def main() -> Any:
+        listening = await server.start(tls)
+        scheme = "https" if tls else "http"
+        try:
+            async with Fetcher(LIMITS, "courtly-test", 4) as fetcher:
+                result = await client(fetcher, f"{scheme}://127.0.0.1:{server.port}")
+            await asyncio.sleep(0.05)  # the server sees the client's hang-ups
+            return result
+        finally:
+            listening.close()
+
+    return asyncio.run(main()), server
+
+
+def test_one_connection_carries_request_after_request() -> None:
+    async def client(f: Fetcher, base: str) -> list[bytes]:
+        return [(await f.get(f"{base}/p{i}")).body for i in range(5)]
+
+    bodies, server = run(lambda c, r, h: (ok(f"page {r}".encode()), False), client)
+    assert bodies == [f"page {r}".encode() for r in range(5)]
+    assert server.connections == 1
+    assert [h.split()[1] for _, h in server.heads] == [f"/p{i}" for i in range(5)]
+    assert server.hung_up == [0]  # closed when the fetcher closed
+
+
+def test_a_connection_the_server_closed_is_replaced_not_reused() -> None:
+    async def client(f: Fetcher, base: str) -> list[int]:
+        statuses = []
+        for i in range(3):
+            statuses.append((await f.get(f"{base}/p{i}")).status)
+            await asyncio.sleep(0.05)  # the server's close arrives
+        return statuses
+
+    statuses, server = run(lambda c, r, h: (ok(), True), client)  # closes without saying so
+    assert statuses == [200, 200, 200] and server.connections == 3
+
+
+def test_connection_close_and_http_1_0_bodies_end_with_the_connection() -> None:
+    answers = {
+        "/close": (ok(b"bye", "Connection: close\r\n"), True),
+        "/old": (b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nno length, read to the end",
+                 True),
+    }
+
+    async def client(f: Fetcher, base: str) -> list[bytes]:
+        return [(await f.get(f"{base}{path}")).body for path in ("/close", "/old", "/close")]
+
+    bodies, server = run(lambda c, r, h: answers[h.split()[1]], client)
+    assert bodies == [b"bye", b"no length, read to the end", b"bye"]
+    assert server.connections == 3
+
+
+def test_an_interim_response_is_skipped_and_chunks_are_joined() -> None:
+    chunked = (b"HTTP/1.1 100 Continue\r\n\r\n"
+               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Twice: a\r\nX-Twice:  b \r\n"
+               b"\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+
+    async def client(f: Fetcher, base: str) -> tuple[int, bytes, str, int]:
+        first = await f.get(f"{base}/a")
+        second = await f.get(f"{base}/b")
+        return first.status, first.body, first.headers["x-twice"], second.status
+
+    result, server = run(lambda c, r, h: (chunked, False), client)
+    assert result == (200, b"hello world", "a, b", 200)
+    assert server.connections == 1  # a chunked response ends cleanly: the connection is kept
+
+
+def test_the_request_head_carries_host_agent_and_safe_validators() -> None:
+    async def client(f: Fetcher, base: str) -> int:
+        url = base.replace("://", "://user:secret@") + "/x?q=1#frag"
+        headers = {"If-None-Match": '"v1"\r\nX-Injected: yes'}
+        return (await f.get(url, headers=headers)).status
+
+    status, server = run(lambda c, r, h: (ok(), False), client)
+    head = server.heads[0][1]
+    lines = head.split("\r\n")
+    assert status == 200
+    assert lines[0] == "GET /x?q=1 HTTP/1.1"  # no fragment
+    assert f"Host: 127.0.0.1:{server.port}" in lines
+    assert "User-Agent: courtly-test" in lines
+    assert "If-None-Match: \"v1\" X-Injected: yes" in lines  # one header, not two
+    assert not any(line.startswith("X-Injected") for line in lines)
+    assert "secret" not in head  # credentials in a URL are never sent
+
+
+def test_idle_connections_are_closed_after_the_keep_alive_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetch, "KEEP_ALIVE", 0.2)
+
+    async def client(f: Fetcher, base: str) -> list[int]:
+        first = await f.get(f"{base}/a")
+        await asyncio.sleep(0.3)
+        second = await f.get(f"{base}/b")
+        return [first.status, second.status]
+
+    statuses, server = run(lambda c, r, h: (ok(), False), client)
+    assert statuses == [200, 200]
+    assert server.connections == 2 and 0 in server.hung_up  # the stale one was closed
+
+
+def test_a_response_after_the_cut_off_closes_the_connection() -> None:
+    async def client(f: Fetcher, base: str) -> list[int]:
+        robots = await f.get(f"{base}/robots.txt", max_body=10, truncate=True)
+        after = await f.get(f"{base}/next")
+        return [len(robots.body), after.status]
+
+    result, server = run(lambda c, r, h: (ok(b"x" * 100), False), client)
+    assert result == [10, 200]
+    assert server.connections == 2  # the rest of a cut body is never read as a response
+
+
+@pytest.fixture(scope="module")
+def self_signed(tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
+    """A TLS server context with a certificate nobody vouches for."""
+    openssl = shutil.which("openssl")
+    assert openssl, "openssl is needed to make a test certificate"
+    folder = tmp_path_factory.mktemp("tls")
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(Path(cert), Path(key))
+    return context
+
+
+def test_an_unverifiable_certificate_is_a_tls_protocol_error(
+        self_signed: ssl.SSLContext) -> None:
+    async def client(f: Fetcher, base: str) -> FetchError:
+        with pytest.raises(FetchError) as info:
+            await f.get(f"{base}/")
+        return info.value
+
+    error, server = run(lambda c, r, h: (ok(), False), client, tls=self_signed)
+    assert error.exit_code is ExitCode.PROTOCOL_ERROR
+    assert error.detail.startswith("TLS:") and "certificate" in error.detail.lower()
+    assert server.heads == []  # nothing was sent over an unverified connection
