@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from courtly.config import Normalize
-from courtly.urls import LinkCache, host_of, normalize, origin_of, registered_domain
+from courtly.urls import host_of, normalize, origin_of, registered_domain
 
 KEEP_ALL = Normalize(sort_query=False, remove_params=[], drop_fragment=False)
 
@@ -496,44 +496,3 @@ def test_origin_agrees_with_normalize(url: str) -> None:
 
 def test_invalid_glob_is_matched_literally() -> None:
     assert n("http://a/?[z-a]=1&b=2", remove_params=["[z-a]"]) == "http://a/?b=2"
-
-
-# -- the link cache ------------------------------------------------------------------------------
-_HREF_PARTS = ["/", "//", "\\", ".", "..", "./", "../", "?", "#", "a", "b.html", "http:", "https:",
-               "HTTP://", "http://other.test", "mailto:x", " ", "\t", "\n", "%2e", "x y", ":", "@",
-               "é", "1", "javascript:"]
-_BASES = ["http://h.test/a/b.html", "http://h.test/a/c.html?q=1", "http://h.test/a/",
-          "http://h.test/z/b.html#top", "https://h.test/a/b.html", "http://u:p@h.test/a/b.html",
-          "http://h.test:8080/a/b.html", "http://h.test/a/b.html?x=/y/z", "http://g.test/a/b.html"]
-
-
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(pages=st.lists(
-    st.tuples(st.sampled_from(_BASES),
-              st.lists(st.lists(st.sampled_from(_HREF_PARTS), max_size=4).map("".join),
-                       max_size=12)),
-    min_size=1, max_size=8))
-def test_link_cache_gives_what_normalize_gives(pages: list[tuple[str, list[str]]]) -> None:
-    """Whatever hrefs pages share, a remembered result is the one normalize computes."""
-    for opts in (Normalize(), Normalize(drop_fragment=False, drop_index=True)):
-        cache = LinkCache(opts, size=10)  # small: clearing is exercised too
-        for base, hrefs in pages:
-            assert cache.resolve(hrefs, base) == [normalize(h, base, opts) for h in hrefs]
-
-
-def test_link_cache_answers_a_repeated_link_without_resolving_it_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from courtly import urls
-
-    calls: list[str] = []
-    real = urls.normalize
-    monkeypatch.setattr(urls, "normalize", lambda h, b, o: calls.append(h) or real(h, b, o))
-    cache = LinkCache(Normalize())
-    nav = ["/", "/about", "news.html", "http://other.test/"]
-    first = cache.resolve([*nav, "?page=2"], "http://h.test/blog/1.html")
-    second = cache.resolve([*nav, "?page=2"], "http://h.test/blog/2.html")
-    assert first[:4] == second[:4] == ["http://h.test/", "http://h.test/about",
-                                       "http://h.test/blog/news.html", "http://other.test/"]
-    assert (first[4], second[4]) == ("http://h.test/blog/1.html?page=2",
-                                     "http://h.test/blog/2.html?page=2")
-    assert calls == [*nav, "?page=2", "?page=2"]  # the query link depends on the whole base

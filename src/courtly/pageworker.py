@@ -38,7 +38,7 @@ import zstandard
 from courtly import dedup
 from courtly.config import Normalize
 from courtly.parse import parse_html, robots_directives
-from courtly.urls import LinkCache, normalize
+from courtly.urls import normalize
 
 log = logging.getLogger("courtly")
 
@@ -118,25 +118,17 @@ def analyse_page(
         out.content = compress(body)
     if out.nofollow:
         return out
-    followed = [(href, text) for href, text, nofollow in page.links if not nofollow]
-    targets = _link_cache(opts).resolve([href for href, _ in followed], base)
-    seen: set[str | None] = {None, url}
+    seen: set[str] = set()
     links = out.links
-    for target, (_, text) in zip(targets, followed, strict=True):
-        if target not in seen:
-            seen.add(target)
-            links.append((target, text))  # type: ignore[arg-type]  # None is in seen
+    for href, text, nofollow in page.links:
+        if nofollow:
+            continue
+        target = normalize(href, base, opts)
+        if target is None or target in seen or target == url:
+            continue
+        seen.add(target)
+        links.append((target, text))
     return out
-
-
-_LINK_CACHES: list[LinkCache] = []
-
-
-def _link_cache(opts: Normalize) -> LinkCache:
-    """The link cache for these normalization settings (one in a worker: its settings)."""
-    if not _LINK_CACHES or _LINK_CACHES[0].opts is not opts:
-        _LINK_CACHES[:] = [LinkCache(opts)]
-    return _LINK_CACHES[0]
 
 
 def astuple(page: PageAnalysis) -> tuple[object, ...]:

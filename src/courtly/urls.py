@@ -20,7 +20,7 @@ from courtly.config import Normalize
 if TYPE_CHECKING:
     import tldextract
 
-__all__ = ["LinkCache", "authority_key", "host_of", "normalize", "origin_of", "registered_domain"]
+__all__ = ["authority_key", "host_of", "normalize", "origin_of", "registered_domain"]
 
 _DEFAULT_OPTS = Normalize()
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
@@ -190,60 +190,6 @@ def normalize(url: str, base: str | None = None, opts: Normalize | None = None) 
     if path_opts:
         path = _normalize_path(path, opts)
     return href[:path_start] + path + query_part + fragment
-
-
-class LinkCache:
-    """normalize() for a page's links, remembering what each link became.
-
-    A link's result depends on only part of its base: an href starting with '/' on the base's
-    scheme and authority, a relative path (a letter, a digit or '.' first, no scheme) on the
-    base up to its last '/', an http(s) URL on nothing; so (that part, href) is the key, and a
-    site's navigation, repeated on every page, is resolved once (19,000 instructions a link
-    otherwise). Other hrefs ('?q', '#f', '', 'http:?q') are resolved each time. On the
-    benchmark's random links a fifth are found here with 16 sites crawled at once, half with one.
-    Cleared when full: no ordering to keep up.
-    """
-
-    def __init__(self, opts: Normalize, size: int = 20_000) -> None:
-        self.opts = opts
-        self._size = size
-        self._count = 0
-        #: {base part: {href: result}} (no key tuple a link: they cost the garbage collector)
-        self._known: dict[str, dict[str, str | None]] = {}
-
-    def resolve(self, hrefs: list[str], base: str) -> list[str | None]:
-        """The normalized URL of each href against base (None: not a valid http(s) URL)."""
-        opts, known = self.opts, self._known
-        origin = authority_key(base)
-        cut = len(base)
-        for mark in ("?", "#"):
-            at = base.find(mark)
-            if 0 <= at < cut:
-                cut = at
-        folder = base[: base.rfind("/", 0, cut) + 1]
-        by_origin = known.setdefault(origin, {})
-        by_folder = known.setdefault(folder, {}) if folder != origin else by_origin
-        out: list[str | None] = []
-        for href in hrefs:
-            first = href[:1]
-            if first == "/":
-                table = by_origin
-            elif (first.isalnum() or first == ".") and (
-                    ":" not in href or href.startswith(("http://", "https://"))):
-                table = by_folder  # "http:" alone, or "http:?q", is the base itself
-            else:
-                out.append(normalize(href, base, opts))
-                continue
-            try:
-                out.append(table[href])
-            except KeyError:
-                target = table[href] = normalize(href, base, opts)
-                out.append(target)
-                self._count += 1
-        if self._count > self._size:
-            known.clear()
-            self._count = 0
-        return out
 
 
 def _scheme_host_port(url: str) -> tuple[str, str, str]:
