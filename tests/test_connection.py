@@ -206,3 +206,38 @@ def test_an_unverifiable_certificate_is_a_tls_protocol_error(
     assert error.exit_code is ExitCode.PROTOCOL_ERROR
     assert error.detail.startswith("TLS:") and "certificate" in error.detail.lower()
     assert server.heads == []  # nothing was sent over an unverified connection
+
+
+@pytest.mark.parametrize(("url", "host", "port", "host_header", "target"), [
+    ("http://h.test", "h.test", 80, "h.test", "/"),
+    ("http://h.test?q=1#f", "h.test", 80, "h.test", "/?q=1"),
+    ("https://h.test/a/b?c=d#e", "h.test", 443, "h.test", "/a/b?c=d"),
+    ("https://[::1]:8443/a?b#c", "::1", 8443, "[::1]:8443", "/a?b"),
+    ("http://u:p@H.test:81/x", "h.test", 81, "h.test:81", "/x"),
+])
+def test_a_url_names_its_endpoint_and_request_target(
+        url: str, host: str, port: int, host_header: str, target: str) -> None:
+    endpoint, path = fetch._split(url)
+    assert (endpoint.host, endpoint.port, endpoint.host_header, path) == (
+        host, port, host_header, target)
+
+
+@pytest.mark.parametrize("url", ["ftp://h.test/", "http://h.test:99999/", "http://:80/",
+                                 "http://h.test/a b", "http://h.test/a\r\nX: y"])
+def test_a_url_no_request_can_carry_is_one_fetch_error(url: str) -> None:
+    with pytest.raises(FetchError) as info:
+        fetch._split(url)
+    assert info.value.exit_code is ExitCode.NETWORK_ERROR and "\n" not in info.value.detail
+
+
+def test_a_host_name_is_resolved_once_and_each_address_tried() -> None:
+    """localhost may answer ::1 first; the server listens on 127.0.0.1 only."""
+    async def client(f: Fetcher, base: str) -> tuple[list[int], list[str]]:
+        url = base.replace("127.0.0.1", "localhost")
+        statuses = [(await f.get(f"{url}/a")).status, (await f.get(f"{url}/b")).status]
+        return statuses, list(f._dns)
+
+    (statuses, resolved), server = run(lambda c, r, h: (ok(), False), client)
+    assert statuses == [200, 200] and resolved == ["localhost"]
+    assert server.connections == 1
+    assert f"Host: localhost:{server.port}" in server.heads[0][1]
