@@ -73,7 +73,7 @@ def run(script: Script, client: Callable[[Fetcher, str], Awaitable[Any]],
         listening = await server.start(tls)
         scheme = "https" if tls else "http"
         try:
-            async with Fetcher(LIMITS, "courtly-test", 4) as fetcher:
+            async with Fetcher(LIMITS, "courtly-test") as fetcher:
                 result = await client(fetcher, f"{scheme}://127.0.0.1:{server.port}")
             await asyncio.sleep(0.05)  # the server sees the client's hang-ups
             return result

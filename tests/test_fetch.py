@@ -86,7 +86,7 @@ def hostile() -> Iterator[HostileServer]:
 
 
 async def fetch(url: str, limits: Limits = LIMITS, **kw: Any) -> Any:
-    async with Fetcher(limits, "courtly-test", 4, {"127.0.0.1"}) as fetcher:
+    async with Fetcher(limits, "courtly-test", {"127.0.0.1"}) as fetcher:
         return await fetcher.get(url, **kw)
 
 
@@ -212,7 +212,7 @@ def test_a_name_resolving_to_loopback_is_blocked_before_any_byte(hostile: Hostil
     before = len(hostile.hits)
 
     async def run() -> None:
-        async with Fetcher(LIMITS, "courtly-test", 4, {"seed.test"}) as fetcher:
+        async with Fetcher(LIMITS, "courtly-test", {"seed.test"}) as fetcher:
             fetcher._resolver = GuardedResolver(
                 frozenset({"seed.test"}), FakeResolver({"evil.test": ["127.0.0.1"]}))
             await fetcher.get(f"http://evil.test:{port}/")
@@ -235,7 +235,7 @@ def test_allow_private_addresses_turns_the_guard_off(hostile: HostileServer) -> 
 
     async def run() -> int:
         lim = LIMITS.model_copy(update={"allow_private_addresses": True})
-        async with Fetcher(lim, "courtly-test", 4, ()) as fetcher:  # no seed host at all
+        async with Fetcher(lim, "courtly-test", ()) as fetcher:  # no seed host at all
             return (await fetcher.get(f"http://127.0.0.1:{port}/")).status
 
     assert asyncio.run(run()) == 200
@@ -253,7 +253,7 @@ def test_an_ipv6_seed_host_is_its_own_host() -> None:
     """A seed http://[::1]:PORT/ is allowed: hosts are compared without brackets."""
 
     async def run() -> None:
-        async with Fetcher(LIMITS, "courtly-test", 4, {"[::1]"}) as fetcher:
+        async with Fetcher(LIMITS, "courtly-test", {"[::1]"}) as fetcher:
             fetcher._check_literal_address("::1")
             fetcher._check_literal_address("[::1]")
             with pytest.raises(FetchError):

@@ -195,10 +195,9 @@ class Connection(asyncio.Protocol):
             cause = exc.__context__
             self._fail(cause if isinstance(cause, FetchError) else FetchError(
                 ExitCode.PROTOCOL_ERROR, f"bad response: {cause}"))
-        except httptools.HttpParserError as exc:
+        except httptools.HttpParserError as exc:  # also after a response: not reusable then
             where = "body" if self.head_done else "status line or headers"
-            if self._waiter is not None:
-                self._fail(FetchError(ExitCode.PROTOCOL_ERROR, f"bad response {where}: {exc}"))
+            self._fail(FetchError(ExitCode.PROTOCOL_ERROR, f"bad response {where}: {exc}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

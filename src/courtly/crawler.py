@@ -144,9 +144,7 @@ class Crawler:
         fleet = self.assignment
         # the address guard lets through the seeds' own hosts, not the origins found in scope
         hosts = {host_of(o + "/") for o in self.store.seed_origins()}
-        async with Fetcher(
-            self.config.limits, self.config.user_agent, self.config.concurrency, hosts
-        ) as self.fetcher:
+        async with Fetcher(self.config.limits, self.config.user_agent, hosts) as self.fetcher:
             for origin in self.origins if fleet is None else ():
                 self._add_crawler(origin)
             self.store.commit_interval = self.config.commit_interval

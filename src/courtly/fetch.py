@@ -126,8 +126,7 @@ def _split(url: str) -> tuple[_Endpoint, str]:
     slash = rest.find("/")
     authority, target = (rest, "/") if slash < 0 else (rest[:slash], rest[slash:])
     if "?" in authority or "#" in authority:  # "http://host?q": an empty path
-        authority, query = authority.partition("#")[0], ""
-        authority, _, query = authority.partition("?")
+        authority, _, query = authority.partition("#")[0].partition("?")
         target = "/?" + query if query else "/"
     target = target.partition("#")[0]
     if not target.isprintable() or " " in target:
@@ -160,7 +159,6 @@ class Fetcher:
         self,
         limits: Limits,
         user_agent: str,
-        concurrency: int,
         allowed_hosts: Iterable[str] = (),
     ) -> None:
         self.limits = limits
@@ -195,11 +193,7 @@ class Fetcher:
 
     def _check_literal_address(self, host: str) -> None:
         host = host.strip("[]").lower()
-        if self.limits.allow_private_addresses or host in self._allowed:
-            return
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
+        if self.limits.allow_private_addresses or host in self._allowed or not _literal(host):
             return  # a name: the resolver guards it
         if not address_allowed(host):
             raise FetchError(ExitCode.BLOCKED_ADDRESS, f"address {host} is not public")
@@ -327,10 +321,12 @@ class Fetcher:
         """Close connections idle too long; forget expired DNS answers."""
         self._sweep_at = now + KEEP_ALIVE
         for endpoint, idle in list(self._idle.items()):
-            kept = [c for c in idle if not c.closed and now - c.idle_since < KEEP_ALIVE]
+            kept = []
             for conn in idle:
-                if conn not in kept:
+                if conn.closed or now - conn.idle_since >= KEEP_ALIVE:
                     conn.close()
+                else:
+                    kept.append(conn)
             if kept:
                 self._idle[endpoint] = kept
             else:
