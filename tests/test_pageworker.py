@@ -75,6 +75,19 @@ def test_parse_reads_links_in_document_order_and_the_first_title() -> None:
     assert parse_html(b"<svg><title>s</title></svg><title>t</title>", None, "c", 1).title == "s"
 
 
+def test_parse_reads_only_elements_with_the_attributes_it_needs() -> None:
+    page = parse_html(
+        b"<base target=_top><base href=' /b/ '><base href=/ignored/>"
+        b"<link rel=canonical><link href=/x><link rel='Canonical' href=' /canon '>"
+        b"<meta name=robots><meta content=noindex><meta name=ROBOTS content=nofollow>"
+        b"<a name=top>no href</a><a href>empty</a><a href=/1>1</a><a href=/2>2</a><a href=/3>3</a>",
+        None, "courtly", 3,
+    )
+    assert (page.base, page.canonical) == ("/b/", "/canon")
+    assert (page.noindex, page.nofollow) == (False, True)
+    assert page.links == [("", "empty", False), ("/1", "1", False), ("/2", "2", False)]
+
+
 def test_anchor_texts_are_read_only_when_wanted() -> None:
     body = b"<title>T</title><a href=/a>A</a><a href=/b rel=nofollow><b>B</b></a>"
     assert parse_html(body, None, "c", 10, want_anchors=False).links == [

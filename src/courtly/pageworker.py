@@ -38,7 +38,7 @@ import zstandard
 from courtly import dedup
 from courtly.config import Normalize
 from courtly.parse import parse_html, robots_directives
-from courtly.urls import normalize
+from courtly.urls import base_url, normalize
 
 log = logging.getLogger("courtly")
 
@@ -104,8 +104,8 @@ def analyse_page(
     )
     noindex, nofollow = robots_directives(x_robots_tag, settings.token)
     out = PageAnalysis(noindex | page.noindex, nofollow | page.nofollow, title=page.title)
-    base = normalize(page.base, url) if page.base else None
-    base = base or url
+    base_href = (normalize(page.base, url) if page.base else None) or url
+    base = base_url(base_href) or base_href  # parsed once for all the page's links
     opts = settings.normalize
     if page.canonical:
         canonical = normalize(page.canonical, base, opts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from selectolax.lexbor import LexborHTMLParser
@@ -12,7 +13,6 @@ _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]
 _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?([a-zA-Z0-9_.:-]+)""", re.I)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
          (codecs.BOM_UTF16_BE, "utf-16-be"))
-_SELECTOR = "a[href], area[href], base[href], link[rel][href], meta[name][content], title"
 
 #: HTML past this many bytes is not parsed (a DOM costs 10-30 times the HTML it is built from)
 MAX_PARSE_BYTES = 4 * 1024 * 1024
@@ -119,6 +119,17 @@ def robots_directives(value: str, token: str) -> tuple[bool, bool]:
     return noindex, nofollow
 
 
+def _first_href(
+    tree: LexborHTMLParser, tag: str, wanted: Callable[[dict[str, str | None]], bool]
+) -> str | None:
+    """The stripped href of the first `tag` element with an href that `wanted` accepts."""
+    for node in tree.tags(tag):
+        attrs = node.attributes
+        if "href" in attrs and wanted(attrs):
+            return (attrs.get("href") or "").strip()
+    return None
+
+
 def parse_html(
     body: bytes,
     content_type: str | None,
@@ -139,33 +150,33 @@ def parse_html(
     page = ParsedPage(truncated=len(body) > max_bytes)
     html = flatten(decode(body[:max_bytes], content_type))
     tree = LexborHTMLParser(html)
-    robot_names = ("robots", token)
     links = page.links
-    title = None
-    for node in tree.css(_SELECTOR):  # in document order
-        tag = node.tag
+    # tags() walks the tree in C; a CSS selector cost more than the parse (bench/RESULTS.md)
+    anchors = tree.css("a[href], area[href]") if tree.tags("area") else tree.tags("a")
+    for node in anchors:  # in document order
         attrs = node.attributes
-        if tag == "a" or tag == "area":
-            if len(links) < max_links:
-                rel = attrs.get("rel")  # usually absent
-                nofollow = rel is not None and "nofollow" in rel.lower().split()
-                text = node.text(strip=True)[:_MAX_ANCHOR] if want_anchors and tag == "a" else ""
-                links.append((attrs.get("href") or "", text, nofollow))
-        elif tag == "title":
-            if title is None:
-                title = node
-        elif tag == "base":
-            if page.base is None:
-                page.base = (attrs.get("href") or "").strip()
-        elif tag == "link":
-            if page.canonical is None and "canonical" in (attrs.get("rel") or "").lower().split():
-                page.canonical = (attrs.get("href") or "").strip()
-        elif tag == "meta" and (attrs.get("name") or "").strip().lower() in robot_names:
+        if "href" not in attrs:
+            continue
+        if len(links) >= max_links:
+            break
+        rel = attrs.get("rel")  # usually absent
+        nofollow = rel is not None and "nofollow" in rel.lower().split()
+        text = node.text(strip=True)[:_MAX_ANCHOR] if want_anchors and node.tag == "a" else ""
+        links.append((attrs.get("href") or "", text, nofollow))
+    page.base = _first_href(tree, "base", lambda attrs: True)
+    page.canonical = _first_href(
+        tree, "link", lambda attrs: "canonical" in (attrs.get("rel") or "").lower().split()
+    )
+    robot_names = ("robots", token)
+    for node in tree.tags("meta"):
+        attrs = node.attributes
+        if "content" in attrs and (attrs.get("name") or "").strip().lower() in robot_names:
             noindex, nofollow = robots_directives(attrs.get("content") or "", token)
             page.noindex |= noindex
             page.nofollow |= nofollow
-    if title is not None:
-        page.title = title.text(strip=True)[:1000]
+    titles = tree.tags("title")
+    if titles:
+        page.title = titles[0].text(strip=True)[:1000]
     if want_text and tree.body is not None:
         page.text = tree.body.text(separator=" ", strip=True)
     return page
