@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from courtly.config import Normalize
-from courtly.urls import base_url, host_of, normalize, origin_of, registered_domain
+from courtly.urls import host_of, normalize, normalize_links, origin_of, registered_domain
 
 KEEP_ALL = Normalize(sort_query=False, remove_params=[], drop_fragment=False)
 
@@ -50,8 +50,8 @@ def test_relative_resolution(url: str, base: str, expected: str) -> None:
 def test_invalid_base_gives_none() -> None:
     assert n("x", "not a url") is None
     assert n("x", "mailto:a@b") is None
-    assert base_url("not a url") is None
-    assert base_url("\ud800") is None  # a lone surrogate: no str ada can read
+    assert normalize_links(["x", "/y"], "not a url") == [None, None]
+    assert normalize_links(["x"], "\ud800") == [None]  # a lone surrogate: no str ada can read
 
 
 # --- case, IDNA, ports, dot segments -------------------------------------------------------------
@@ -477,16 +477,14 @@ def test_idempotent_after_resolution(link: str, opts: Normalize) -> None:
         assert normalize(once, None, opts) == once
 
 
-@settings(max_examples=400)
-@given(link=st.one_of(_segment, _query.map(lambda q: "?" + q), _urls, st.text()), base=_urls,
-       opts=_options)
-def test_parsed_base_resolves_as_its_string(link: str, base: str, opts: Normalize) -> None:
-    parsed = base_url(base)
-    if parsed is None:
-        assert normalize(link, base, opts) is None
-    else:
-        assert normalize(link, parsed, opts) == normalize(link, base, opts)
-        assert normalize(link, parsed, opts) == normalize(link, parsed.href, opts)
+@settings(max_examples=300)
+@given(links=st.lists(st.one_of(_segment, _query.map(lambda q: "?" + q), _urls, st.text()),
+                      max_size=5),
+       base=_urls, opts=_options)
+def test_normalize_links_is_normalize_for_each(
+    links: list[str], base: str, opts: Normalize
+) -> None:
+    assert normalize_links(links, base, opts) == [normalize(link, base, opts) for link in links]
 
 
 @settings(max_examples=800)

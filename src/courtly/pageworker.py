@@ -38,7 +38,7 @@ import zstandard
 from courtly import dedup
 from courtly.config import Normalize
 from courtly.parse import parse_html, robots_directives
-from courtly.urls import base_url, normalize
+from courtly.urls import normalize, normalize_links
 
 log = logging.getLogger("courtly")
 
@@ -104,8 +104,7 @@ def analyse_page(
     )
     noindex, nofollow = robots_directives(x_robots_tag, settings.token)
     out = PageAnalysis(noindex | page.noindex, nofollow | page.nofollow, title=page.title)
-    base_href = (normalize(page.base, url) if page.base else None) or url
-    base = base_url(base_href) or base_href  # parsed once for all the page's links
+    base = (normalize(page.base, url) if page.base else None) or url
     opts = settings.normalize
     if page.canonical:
         canonical = normalize(page.canonical, base, opts)
@@ -118,12 +117,11 @@ def analyse_page(
         out.content = compress(body)
     if out.nofollow:
         return out
+    followed = [(href, text) for href, text, nofollow in page.links if not nofollow]
     seen: set[str] = set()
     links = out.links
-    for href, text, nofollow in page.links:
-        if nofollow:
-            continue
-        target = normalize(href, base, opts)
+    targets = normalize_links([href for href, _ in followed], base, opts)
+    for target, (_, text) in zip(targets, followed, strict=True):
         if target is None or target in seen or target == url:
             continue
         seen.add(target)
