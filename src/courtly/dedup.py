@@ -103,7 +103,7 @@ def word_hashes(text: str) -> U64:
         raw = text.lower().encode("utf-8", "replace")[:TEXT_LIMIT].translate(_SEPARATORS)
     data = np.frombuffer(b" " + raw + b" ", dtype=np.uint8)  # every word has a start and an end
     inside = data > 32
-    edges = np.flatnonzero(inside[1:] != inside[:-1])
+    edges = (inside[1:] != inside[:-1]).nonzero()[0]
     starts = edges[::2]  # a word is data[start + 1:end + 1]
     sums = np.multiply(data, _POWERS[: len(data)])
     np.add.accumulate(sums, out=sums)  # sums[i]: the hash of data[:i + 1], unscaled (uint64 wraps)
