@@ -141,7 +141,7 @@ def _href(url: str, base: str | None) -> str | None:
 def normalize(url: str, base: str | None = None, opts: Normalize | None = None) -> str | None:
     """Resolve url against base (WHATWG rules) and normalize; None if not a valid http(s) URL."""
     href = _href(url, base)
-    return None if href is None else _clean(href, opts or _DEFAULT_OPTS)
+    return None if href is None else _clean(href, _DEFAULT_OPTS if opts is None else opts)
 
 
 def normalize_links(
@@ -156,7 +156,7 @@ def normalize_links(
         parsed = can_ada.parse(base)
     except (ValueError, TypeError):
         return [None] * len(urls)
-    opts = opts or _DEFAULT_OPTS
+    opts = _DEFAULT_OPTS if opts is None else opts
     plain = not (opts.collapse_slashes or opts.drop_index or opts.drop_trailing_slash)
     out: list[str | None] = []
     for url in urls:
