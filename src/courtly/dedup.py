@@ -26,6 +26,7 @@ signature and 8 index rows per page (simhash: 8 bytes and 4 rows).
 from __future__ import annotations
 
 import functools
+import string
 import struct
 
 import numpy as np
@@ -48,7 +49,7 @@ _PACK = struct.Struct(f"<{BINS}H")
 #: ASCII punctuation as spaces, for UTF-8 bytes (no multi-byte sequence contains an ASCII byte)
 _PUNCTUATION = b"!\"#$%&'()*+,-./:;<=>?@[\\]^`{|}~"  # all but '_', a word character
 _SEPARATORS = bytes.maketrans(_PUNCTUATION, b" " * len(_PUNCTUATION))
-_UPPER = bytes(range(65, 91))
+_UPPER = string.ascii_uppercase.encode()
 #: the same, and ASCII lower-cased: an ASCII text's bytes take both in one pass
 _LOWER_SEPARATORS = bytes.maketrans(
     _PUNCTUATION + _UPPER, b" " * len(_PUNCTUATION) + _UPPER.lower()

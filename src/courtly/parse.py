@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from selectolax.lexbor import LexborHTMLParser
@@ -119,13 +118,11 @@ def robots_directives(value: str, token: str) -> tuple[bool, bool]:
     return noindex, nofollow
 
 
-def _first_href(
-    tree: LexborHTMLParser, tag: str, wanted: Callable[[dict[str, str | None]], bool]
-) -> str | None:
-    """The stripped href of the first `tag` element with an href that `wanted` accepts."""
+def _first_href(tree: LexborHTMLParser, tag: str, rel: str | None = None) -> str | None:
+    """The stripped href of the first `tag` element with an href (and `rel` among its rels)."""
     for node in tree.tags(tag):
         attrs = node.attributes
-        if "href" in attrs and wanted(attrs):
+        if "href" in attrs and (rel is None or rel in (attrs.get("rel") or "").lower().split()):
             return (attrs.get("href") or "").strip()
     return None
 
@@ -163,10 +160,8 @@ def parse_html(
         nofollow = rel is not None and "nofollow" in rel.lower().split()
         text = node.text(strip=True)[:_MAX_ANCHOR] if want_anchors and node.tag == "a" else ""
         links.append((attrs.get("href") or "", text, nofollow))
-    page.base = _first_href(tree, "base", lambda attrs: True)
-    page.canonical = _first_href(
-        tree, "link", lambda attrs: "canonical" in (attrs.get("rel") or "").lower().split()
-    )
+    page.base = _first_href(tree, "base")
+    page.canonical = _first_href(tree, "link", rel="canonical")
     robot_names = ("robots", token)
     for node in tree.tags("meta"):
         attrs = node.attributes

@@ -166,7 +166,8 @@ def normalize_links(
             out.append(None)
             continue
         if plain and href.startswith(_HTTP) and not ("#" in href or "%" in href or "?" in href):
-            out.append(href)  # what _clean returns for it
+            out.append(href)  # _clean's own early return, without the call (2,800 instructions
+            # a link; test_normalize_links_is_normalize_for_each holds the two together)
         else:
             out.append(_clean(href, opts))
     return out
