@@ -35,7 +35,7 @@ from pathlib import Path
 import xxhash
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from courtly import dedup
+from courtly import dedup, minhash
 
 EDITS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.10, 0.20)
 
@@ -148,7 +148,7 @@ def courtly_method() -> Method:
     threshold = 0.8
 
     def fp(text: str) -> bytes | None:
-        return dedup.signature(text, min_words=1)
+        return minhash.signature(text, min_words=1)
 
     def keys(sig: object) -> list[tuple[int, int]]:
         return [(0, key) for key in dedup.band_keys(sig)]  # type: ignore[arg-type]

@@ -12,11 +12,17 @@ from typing import Any
 
 import brotli
 import pytest
-from aiohttp.abc import AbstractResolver, ResolveResult
 
 from courtly.config import Limits
 from courtly.connection import Decoder
-from courtly.fetch import Fetcher, FetchError, GuardedResolver, _BlockedAddress
+from courtly.fetch import (
+    Addresses,
+    Fetcher,
+    FetchError,
+    GuardedResolver,
+    SystemResolver,
+    _BlockedAddress,
+)
 from courtly.fetch import address_allowed as allowed
 from courtly.model import ExitCode
 from tests.hostile_server import (
@@ -168,21 +174,16 @@ def test_address_guard_allows_a_seed_host() -> None:
     assert not allowed("127.0.0.2", {"127.0.0.1"})
 
 
-class FakeResolver(AbstractResolver):
+class FakeResolver:
     """DNS answers chosen by the test: {name: [addresses]}."""
 
     def __init__(self, answers: dict[str, list[str]]) -> None:
         self.answers = answers
         self.asked: list[str] = []
 
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(self, host: str, port: int) -> Addresses:
         self.asked.append(host)
-        return [ResolveResult(hostname=host, host=a, port=port, family=family, proto=0,
-                              flags=0) for a in self.answers[host]]
-
-    async def close(self) -> None:
-        pass
+        return [(a, socket.AF_INET6 if ":" in a else socket.AF_INET) for a in self.answers[host]]
 
 
 def test_guarded_resolver_filters_every_answer() -> None:
@@ -196,7 +197,7 @@ def test_guarded_resolver_filters_every_answer() -> None:
     guard = GuardedResolver(frozenset({"seed.test"}), inner=fake)
 
     async def resolve(name: str) -> list[str]:
-        return [r["host"] for r in await guard.resolve(name, 80)]
+        return [address for address, _ in await guard.resolve(name, 80)]
 
     assert asyncio.run(resolve("public.test")) == ["93.184.216.34"]
     assert asyncio.run(resolve("mixed.test")) == ["93.184.216.34"]
@@ -260,3 +261,11 @@ def test_an_ipv6_seed_host_is_its_own_host() -> None:
                 fetcher._check_literal_address("127.0.0.1")
 
     asyncio.run(run())
+
+
+def test_the_system_resolver_answers_each_address_once() -> None:
+    """localhost resolves through getaddrinfo to loopback addresses, no repeats."""
+    answers = asyncio.run(SystemResolver().resolve("localhost", 80))
+    assert ("127.0.0.1", socket.AF_INET) in answers
+    assert len(answers) == len(set(answers))
+    assert {family for _, family in answers} <= {socket.AF_INET, socket.AF_INET6}

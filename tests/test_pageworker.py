@@ -213,3 +213,13 @@ def test_a_crawl_gives_the_same_results_with_and_without_worker(serve, tmp_path:
     codes = results[1][0]
     assert codes[one + "/b"] == "DUPLICATE_CONTENT" and codes[one + "/print"] == "NOT_CANONICAL"
     assert one + "/nf-child" not in codes and one + "/deep/2" in codes
+
+
+def test_the_crawl_process_loads_no_page_analysis_or_other_backend_libraries() -> None:
+    """NumPy (MinHash, in the page worker), psycopg (PostgreSQL) and aiohttp (the demo site)
+    cost a SQLite crawl's process start 1.3 billion instructions when imported: not loaded."""
+    code = ("import sys, courtly.cli, courtly.crawler, courtly.store.sqlite, courtly.pageworker; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} "
+            "& {'numpy', 'psycopg', 'aiohttp'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 
 import click
 
@@ -20,6 +20,9 @@ from courtly import clock
 from courtly.config import ConfigError, CrawlConfig, load_config
 from courtly.store import Store, StoreError, open_store
 from courtly.store.sqlite import read_only
+
+if TYPE_CHECKING:
+    from courtly.store.postgres import PostgresStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -227,16 +230,15 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
         click.echo("courtly: warning: obey_robots is off: robots.txt is ignored", err=True)
     progress = Progress(config.progress)
     _install_uvloop()
-    from courtly.store.postgres import PostgresStore
-
-    if isinstance(store, PostgresStore):  # a worker of the fleet (docs/distributed.md)
+    if store.shared:  # a worker of the fleet (docs/distributed.md)
         from courtly.distributed import run_worker
 
         def again() -> Any:
             return load_strategy(config.strategy, args=config.strategy_args)
 
         with progress:
-            stats = run_worker(store, config, strategy, again, progress.update, continuous)
+            stats = run_worker(cast("PostgresStore", store), config, strategy, again,
+                               progress.update, continuous)
         progress.summary(stats)
         return 1 if stats.stop_reason.startswith(("database error", "internal error")) else 0
     crawler = Crawler(config, store, strategy, on_progress=progress.update)

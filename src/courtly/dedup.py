@@ -21,16 +21,17 @@ simhash within Hamming distance 3 found 26–79 % of the copies with 0.5 % of th
 and 11–28 % of the copies with a new navigation bar; this finds 100 % of both, with no false
 positive, in less time per page (0.1 ms for a 5 KB page, vectorized with NumPy), for 256 bytes of
 signature and 8 index rows per page (simhash: 8 bytes and 4 rows).
+
+The signature is computed in `courtly.minhash` (NumPy, loaded only where pages are analysed);
+this module holds what the crawl database needs: the fingerprints' shape, the band keys and the
+similarity of two signatures.
 """
 
 from __future__ import annotations
 
 import functools
-import string
 import struct
 
-import numpy as np
-import numpy.typing as npt
 import xxhash
 
 exact_fingerprint = xxhash.xxh3_128_hexdigest
@@ -42,114 +43,14 @@ SHINGLE = 3
 #: pages with fewer words than this get no signature: tiny pages look alike by chance
 MIN_WORDS = 20
 
-_EMPTY = 1 << 16
-_PACK = struct.Struct(f"<{BINS}H")
-
-
-#: ASCII punctuation as spaces, for UTF-8 bytes (no multi-byte sequence contains an ASCII byte)
-_PUNCTUATION = b"!\"#$%&'()*+,-./:;<=>?@[\\]^`{|}~"  # all but '_', a word character
-_SEPARATORS = bytes.maketrans(_PUNCTUATION, b" " * len(_PUNCTUATION))
-_UPPER = string.ascii_uppercase.encode()
-#: the same, and ASCII lower-cased: an ASCII text's bytes take both in one pass
-_LOWER_SEPARATORS = bytes.maketrans(
-    _PUNCTUATION + _UPPER, b" " * len(_PUNCTUATION) + _UPPER.lower()
-)
 #: only the first TEXT_LIMIT bytes of a page's text are fingerprinted
 TEXT_LIMIT = 64 * 1024
-_P = 0x100000001B3  # odd, so invertible modulo 2**64
-U64 = npt.NDArray[np.uint64]
-
-
-def _u64(value: int) -> U64:
-    """A 0-d uint64 array: ufuncs take it faster than a NumPy scalar (same results)."""
-    return np.array(value, dtype=np.uint64)
-
-
-def _powers(base: int) -> U64:
-    """base**i modulo 2**64 for i in 0..TEXT_LIMIT + 2 (the text and a space either side)."""
-    out = np.cumprod(np.full(TEXT_LIMIT + 2, np.uint64(base), dtype=np.uint64))
-    return np.concatenate(([np.uint64(1)], out))
-
-
-_POWERS = _powers(_P)
-_INVERSES = _powers(pow(_P, -1, 1 << 64))[1:]  # _INVERSES[i] = _P**-(i + 1)
-_K1, _K2 = _u64(0x9E3779B97F4A7C15), _u64(0xC2B2AE3D27D4EB4F)
-_S27, _S30, _S31, _S48 = _u64(27), _u64(30), _u64(31), _u64(48)
-_BIN_MASK = np.array(BINS - 1, dtype=np.int64)  # BINS is a power of two; int64 to index with
-_NO_VALUES = np.full(BINS, _EMPTY, dtype=np.uint64)
-
-
-def _mix(h: U64) -> U64:
-    """splitmix64's finalizer, in place: every input bit affects every output bit."""
-    shifted = h >> _S30
-    h ^= shifted
-    h *= _K1
-    np.right_shift(h, _S27, out=shifted)
-    h ^= shifted
-    h *= _K2
-    np.right_shift(h, _S31, out=shifted)
-    h ^= shifted
-    return h
-
-
-def word_hashes(text: str) -> U64:
-    """A 64-bit hash per word (lower-cased; whitespace and ASCII punctuation separate words).
-
-    Written by hand, vectorized: polynomial prefix sums give every word's hash at once, where a
-    per-word call to a hash function would cost more than the rest of the page's processing.
-    """
-    if text.isascii():  # one pass lower-cases and separates (str.isascii is a flag, O(1))
-        raw = text.encode()[:TEXT_LIMIT].translate(_LOWER_SEPARATORS)
-    else:
-        raw = text.lower().encode("utf-8", "replace")[:TEXT_LIMIT].translate(_SEPARATORS)
-    data = np.frombuffer(b" " + raw + b" ", dtype=np.uint8)  # every word has a start and an end
-    inside = data > 32
-    edges = (inside[1:] != inside[:-1]).nonzero()[0]
-    starts = edges[::2]  # a word is data[start + 1:end + 1]
-    sums = np.multiply(data, _POWERS[: len(data)])
-    np.add.accumulate(sums, out=sums)  # sums[i]: the hash of data[:i + 1], unscaled (uint64 wraps)
-    h = sums.take(edges[1::2])  # take: cheaper than fancy indexing, same result
-    h -= sums.take(starts)
-    h *= _INVERSES.take(starts)
-    return _mix(h)
-
-
-def shingle_hashes(words: U64) -> U64:
-    """One 64-bit hash per run of SHINGLE consecutive words."""
-    if len(words) < SHINGLE:
-        return np.array([np.bitwise_xor.reduce(words)], dtype=np.uint64)
-    n = len(words) - SHINGLE + 1
-    h = words[:n] * _K1
-    h ^= words[1:n + 1] * _K2
-    h ^= words[2:n + 2]
-    return _mix(h)
-
-
-def signature(text: str, min_words: int = MIN_WORDS) -> bytes | None:
-    """The MinHash signature of a text (BINS 16-bit values, packed), or None if too short."""
-    words = word_hashes(text)
-    if len(words) < min_words:
-        return None
-    h = shingle_hashes(words)
-    sig = _NO_VALUES.copy()
-    np.minimum.at(sig, h.view(np.int64) & _BIN_MASK, h >> _S48)  # the bin from the low bits
-    values = sig.tolist()
-    if _EMPTY not in values:
-        return _PACK.pack(*values)
-    # rotation densification: an empty bin takes the next filled bin's value, moved by the
-    # distance, so two pages with the same filled bins get the same values
-    out = list(values)
-    for i in np.flatnonzero(sig == _EMPTY).tolist():
-        step = 1
-        while values[(i + step) % BINS] == _EMPTY:
-            step += 1
-        out[i] = (values[(i + step) % BINS] + step * 0x9E37) & 0xFFFF
-    return _PACK.pack(*out)
+PACK = struct.Struct(f"<{BINS}H")  # a signature: BINS little-endian 16-bit values
 
 
 def similarity(a: bytes, b: bytes) -> float:
     """Estimated Jaccard similarity of two signatures' shingle sets."""
-    same: int = sum(x == y for x, y in zip(_PACK.unpack(a), _PACK.unpack(b), strict=True))
+    same: int = sum(x == y for x, y in zip(PACK.unpack(a), PACK.unpack(b), strict=True))
     return same / BINS
 
 

@@ -11,15 +11,14 @@ import ssl
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
+from typing import Protocol
 
 from courtly.config import Limits
 from courtly.connection import Connection, FetchError
 from courtly.model import ExitCode
 
-__all__ = ["FetchError", "Fetcher", "GuardedResolver", "Response", "address_allowed", "one_line"]
+__all__ = ["Addresses", "FetchError", "Fetcher", "GuardedResolver", "Resolver", "Response",
+           "SystemResolver", "address_allowed", "one_line"]
 
 #: an idle connection is closed after this many seconds (servers close theirs after 5-75)
 KEEP_ALIVE = 15.0
@@ -58,35 +57,56 @@ def address_allowed(address: str, allowed_hosts: Iterable[str] = ()) -> bool:
     )
 
 
-class GuardedResolver(AbstractResolver):
+#: a resolver's answer: the (address, address family) pairs to connect to, in order
+Addresses = list[tuple[str, int]]
+
+
+class Resolver(Protocol):
+    """Turns a host name into the addresses to connect to."""
+
+    async def resolve(self, host: str, port: int) -> Addresses:
+        """The addresses of host (OSError if it has none)."""
+        ...
+
+
+class SystemResolver:
+    """The system's resolver: getaddrinfo in asyncio's thread pool (what aiohttp's
+    ThreadedResolver does; by hand, as importing aiohttp cost each crawl 0.2 s of CPU)."""
+
+    async def resolve(self, host: str, port: int) -> Addresses:
+        """Each address once, in the order the system gives them."""
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG)
+        out: Addresses = []
+        for family, _, _, _, sockaddr in infos:
+            if family in (socket.AF_INET, socket.AF_INET6):
+                address = (str(sockaddr[0]), int(family))
+                if address not in out:
+                    out.append(address)
+        return out
+
+
+class GuardedResolver:
     """Resolves names, then drops addresses the address guard refuses (so DNS cannot rebind).
 
     The fetcher connects only to the addresses returned here, so the check is on the address
     actually connected to. A seed's own host (allowed_hosts) is let through as it resolves.
     """
 
-    def __init__(
-        self, allowed_hosts: frozenset[str], inner: AbstractResolver | None = None
-    ) -> None:
-        self._inner = inner or DefaultResolver()
+    def __init__(self, allowed_hosts: frozenset[str], inner: Resolver | None = None) -> None:
+        self._inner = inner or SystemResolver()
         self._allowed = allowed_hosts
 
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
+    async def resolve(self, host: str, port: int) -> Addresses:
         """Resolve and filter."""
-        results = await self._inner.resolve(host, port, family)
+        results = await self._inner.resolve(host, port)
         if host in self._allowed:
             return results
         # by host, not by address: another name for a seed's address is not the seed's host
-        kept = [r for r in results if address_allowed(r["host"])]
+        kept = [r for r in results if address_allowed(r[0])]
         if not kept:
             raise _BlockedAddress(f"{host} resolves only to non-public addresses")
         return kept
-
-    async def close(self) -> None:
-        """Close the inner resolver."""
-        await self._inner.close()
 
 
 class _BlockedAddress(OSError):
@@ -166,11 +186,11 @@ class Fetcher:
         self._allowed = frozenset(h.strip("[]").lower() for h in allowed_hosts)
         self._fixed_headers = (f"User-Agent: {user_agent}\r\nAccept: */*\r\n"
                                "Accept-Encoding: gzip, deflate, br\r\n")
-        self._resolver: AbstractResolver = (
-            DefaultResolver() if limits.allow_private_addresses
+        self._resolver: Resolver = (
+            SystemResolver() if limits.allow_private_addresses
             else GuardedResolver(self._allowed))
         self._idle: dict[_Endpoint, list[Connection]] = {}
-        self._dns: dict[str, tuple[float, list[tuple[str, int]]]] = {}
+        self._dns: dict[str, tuple[float, Addresses]] = {}
         self._tls: ssl.SSLContext | None = None
         self._sweep_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -189,7 +209,6 @@ class Fetcher:
             for conn in idle:
                 conn.close()
         self._idle.clear()
-        await self._resolver.close()
 
     def _check_literal_address(self, host: str) -> None:
         host = host.strip("[]").lower()
@@ -289,19 +308,18 @@ class Fetcher:
                 error = exc
         raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {one_line(error or 'no address')}")
 
-    async def _resolve(self, host: str, port: int) -> list[tuple[str, int]]:
+    async def _resolve(self, host: str, port: int) -> Addresses:
         """The addresses to connect to (the resolver's answers, kept for _DNS_TTL seconds)."""
         now = self._loop.time()  # type: ignore[union-attr]
         known = self._dns.get(host)
         if known is not None and known[0] > now:
             return known[1]
         try:
-            results = await self._resolver.resolve(host, port, socket.AF_UNSPEC)
+            addresses = await self._resolver.resolve(host, port)
         except _BlockedAddress as exc:
             raise FetchError(ExitCode.BLOCKED_ADDRESS, str(exc)) from None
         except OSError as exc:
             raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {one_line(exc)}") from None
-        addresses = [(r["host"], r["family"]) for r in results]
         self._dns[host] = (now + _DNS_TTL, addresses)
         return addresses
 

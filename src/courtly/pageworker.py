@@ -35,7 +35,6 @@ from typing import cast
 
 import zstandard
 
-from courtly import dedup
 from courtly.config import Normalize
 from courtly.parse import parse_html, robots_directives
 from courtly.urls import normalize, normalize_links
@@ -112,7 +111,9 @@ def analyse_page(
             out.canonical = canonical
             return out
     if settings.near and not out.noindex:
-        out.near_signature = dedup.signature(page.text)
+        from courtly.minhash import signature  # NumPy, loaded only where pages are analysed
+
+        out.near_signature = signature(page.text)
     if settings.compress and not out.noindex:
         out.content = compress(body)
     if out.nofollow:

@@ -35,6 +35,8 @@ class Store(Protocol):
 
     #: group commit window in seconds (0: each crawl action commits at once)
     commit_interval: float
+    #: many workers share the database (PostgreSQL): a crawl runs as one worker of the fleet
+    shared: bool
 
     def add_links(self, links: list[Link]) -> int:
         """Insert candidates (known URLs are a no-op, a higher score wins); returns rows added."""

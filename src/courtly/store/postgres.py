@@ -111,6 +111,8 @@ def database_exists(url: str) -> bool:
 class PostgresStore(SqlStore):
     """Crawl database in PostgreSQL, shared by many workers on many machines."""
 
+    shared = True
+
     def __init__(self, url: str, retry_seconds: float | None = None) -> None:
         self.url = url
         self.path = describe(url)

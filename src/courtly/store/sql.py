@@ -121,6 +121,7 @@ class SqlStore:
 
     path: str
     commit_interval = 0.0
+    shared = False  # many workers share the database: a crawl joins the fleet
     worker: str | None = None  # distributed mode: this worker's id, logged with each action
 
     def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
