@@ -30,6 +30,9 @@ _TAG = re.compile(
     r"<(/?)(?!(?:" + "|".join(sorted(_FLAT)) + r")[\s/>])([a-zA-Z][a-zA-Z0-9:-]*)[^<>]*?(/?)>",
     re.I,
 )
+#: pages with at most this many "<" are parsed as they are: lexbor parses even that many
+#: nested elements in under 10 ms (beyond, nesting is quadratic); flattening costs as much
+PARSE_AS_IS = 2000
 
 
 #: a raw link as written in the page (not yet resolved): href, anchor text, rel="nofollow"
@@ -82,10 +85,10 @@ def flatten(html: str, max_depth: int = MAX_NESTING) -> str:
     """Drop the opening and closing tags of elements nested deeper than max_depth.
 
     A rough tag scan (linear time), not a parser: the depth counts elements that nest; what
-    the crawler reads (links, base, canonical, meta robots, title) is never dropped.
+    the crawler reads (links, base, canonical, meta robots, title) is never dropped. A regular
+    expression's sub with a callback: about 7,000 instructions a tag (as many as a loop over
+    `split("<")` written by hand), so it runs only on pages with more than PARSE_AS_IS tags.
     """
-    if html.count("<") <= max_depth:
-        return html  # too few tags to nest that deep: the common case costs one count
     depth = 0
 
     def visit(m: re.Match[str]) -> str:
@@ -141,11 +144,14 @@ def parse_html(
     want_anchors: the links' anchor texts ("" when not wanted: 15 µs of a page's 380 in the page
     worker, on the benchmark's pages).
 
-    Time and memory are bounded: only the first max_bytes of the body are parsed, elements
-    nested deeper than MAX_NESTING are flattened, at most max_links links are kept.
+    Time and memory are bounded: only the first max_bytes of the body are parsed, a page with
+    more than PARSE_AS_IS tags has its elements nested deeper than MAX_NESTING flattened, at most
+    max_links links are kept.
     """
     page = ParsedPage(truncated=len(body) > max_bytes)
-    html = flatten(decode(body[:max_bytes], content_type))
+    html = decode(body[:max_bytes], content_type)
+    if html.count("<") > PARSE_AS_IS:  # enough tags to nest deeper than lexbor parses quickly
+        html = flatten(html)
     tree = LexborHTMLParser(html)
     links = page.links
     # tags() walks the tree in C; a CSS selector cost more than the parse (bench/RESULTS.md)
