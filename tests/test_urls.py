@@ -478,8 +478,8 @@ def test_idempotent_after_resolution(link: str, opts: Normalize) -> None:
 
 
 @settings(max_examples=300)
-@given(links=st.lists(st.one_of(_segment, _query.map(lambda q: "?" + q), _urls, st.text()),
-                      max_size=5),
+@given(links=st.lists(st.one_of(_segment, _query.map(lambda q: "?" + q), _urls, st.text(),
+                                _segment.map(lambda f: "#" + f), st.just("#")), max_size=5),
        base=_urls, opts=_options)
 def test_normalize_links_is_normalize_for_each(
     links: list[str], base: str, opts: Normalize

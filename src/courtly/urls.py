@@ -150,7 +150,9 @@ def normalize_links(
     """[normalize(url, base, opts) for url in urls], for a page's links: faster.
 
     The base is parsed once (can_ada: ada-url's C API parsed it again for every link, half the
-    cost of resolving one), and a link that needs no rewriting costs no further call.
+    cost of resolving one), a link that needs no rewriting costs no further call, and a link to
+    a place in the page itself ("#…": 38 % of the links on the Rust documentation's pages) costs
+    no resolution at all.
     """
     try:
         parsed = can_ada.parse(base)
@@ -158,8 +160,15 @@ def normalize_links(
         return [None] * len(urls)
     opts = _DEFAULT_OPTS if opts is None else opts
     plain = not (opts.collapse_slashes or opts.drop_index or opts.drop_trailing_slash)
+    page: str | None = ""  # what "#…" resolves to (None: resolve each), worked out when first met
     out: list[str | None] = []
     for url in urls:
+        if url[:1] == "#":
+            if page == "":
+                page = _in_page(parsed, opts)
+            if page is not None:
+                out.append(page)
+                continue
         try:
             href = (parsed + url).href
         except (ValueError, TypeError):
@@ -171,6 +180,16 @@ def normalize_links(
         else:
             out.append(_clean(href, opts))
     return out
+
+
+def _in_page(parsed: can_ada.URL, opts: Normalize) -> str | None:
+    """What every link "#…" on the page resolves to (fragments dropped), or None if not so."""
+    if not opts.drop_fragment:
+        return None
+    try:
+        return _clean((parsed + "#").href, opts)  # joined, not parsed.href: ada may reserialize
+    except (ValueError, TypeError):
+        return None
 
 
 def _clean(href: str, opts: Normalize) -> str | None:
