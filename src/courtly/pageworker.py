@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
 import pickle
@@ -111,9 +112,7 @@ def analyse_page(
             out.canonical = canonical
             return out
     if settings.near and not out.noindex:
-        from courtly.minhash import signature  # NumPy, loaded only where pages are analysed
-
-        out.near_signature = signature(page.text)
+        out.near_signature = _signature()(page.text)
     if settings.compress and not out.noindex:
         out.content = compress(body)
     if out.nofollow:
@@ -128,6 +127,15 @@ def analyse_page(
         seen.add(target)
         links.append((target, text))
     return out
+
+
+@functools.cache
+def _signature() -> Callable[[str], bytes | None]:
+    """minhash.signature, imported on first use: the crawl process loads NumPy only if it
+    analyses pages itself (an import statement in analyse_page cost 5,000 instructions a page)."""
+    from courtly.minhash import signature
+
+    return signature
 
 
 def astuple(page: PageAnalysis) -> tuple[object, ...]:

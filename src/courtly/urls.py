@@ -163,7 +163,7 @@ def normalize_links(
     page: str | None = ""  # what "#…" resolves to (None: resolve each), worked out when first met
     out: list[str | None] = []
     for url in urls:
-        if url[:1] == "#":
+        if url and url[0] == "#":
             if page == "":
                 page = _in_page(parsed, opts)
             if page is not None:
