@@ -156,3 +156,43 @@ def test_damaged_origin_in_postgresql(pg_url: PgUrl) -> None:
         conn.execute("UPDATE origins SET sitemaps = 'not json'")
     run = courtly("check", site.url("a"), "--db", pg_url)
     one_line_error(run.status, run.err, "is damaged: origins.sitemaps of", site.url("a")[:-1])
+
+
+@pytest.mark.parametrize("value", ["not a signature", b"\x01\x02"])
+def test_damaged_near_duplicate_signature(tmp_path: Path, value: object) -> None:
+    """A stored signature that is not one is a damaged database, named, not an internal error."""
+    db = tmp_path / "crawl.db"
+    text = " ".join(f"word{i % 97} term{i % 13}" for i in range(200))
+    near = text.replace("word5 ", "changed ", 1)
+    pages = {"/robots.txt": robots(""), "/": Page(html("Home", ["/a"])),
+             "/a": Page(html("A", [], body=text)), "/b": Page(html("B", [], body=near))}
+    with LocalSite({"a": pages}) as site:
+        origin = site.url("a").rstrip("/")
+        run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--progress", "off")
+        assert run.status == 0, run.err
+        damage(db, "UPDATE near_dup SET signature = ?", value)
+        run = courtly("crawl", origin + "/b", "--db", db, "--min-delay", "0", "--progress", "off")
+    assert "Traceback" not in run.err
+    assert f"{db} is damaged: near_dup.signature of {origin}/a is" in run.err, run.err
+
+
+def test_a_damaged_signature_is_replaced_when_its_page_is_crawled_again(tmp_path: Path) -> None:
+    """Recrawling a page whose stored signature is damaged stores a new one with its keys."""
+    db = tmp_path / "crawl.db"
+    text = " ".join(f"word{i % 97} term{i % 13}" for i in range(200))
+    pages = {"/robots.txt": robots(""), "/": Page(html("Home", [], body=text))}
+    with LocalSite({"a": pages}) as site:
+        run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--progress", "off")
+        assert run.status == 0, run.err
+        con = sqlite3.connect(db)
+        good = con.execute("SELECT signature FROM near_dup").fetchone()[0]
+        keys = con.execute("SELECT key FROM near_dup_keys ORDER BY key").fetchall()
+        con.close()
+        damage(db, "UPDATE near_dup SET signature = 'damaged'")
+        damage(db, "UPDATE candidates SET state = 'QUEUED', taken_run = NULL")
+        run = courtly("crawl", "--db", db, "--min-delay", "0", "--progress", "off")
+    assert run.status == 0 and "Traceback" not in run.err, run.err
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT signature FROM near_dup").fetchall() == [(good,)]
+    assert con.execute("SELECT key FROM near_dup_keys ORDER BY key").fetchall() == keys
+    con.close()

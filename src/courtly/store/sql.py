@@ -111,6 +111,16 @@ def state_after(action: CrawlAction) -> LinkState:
     return LinkState.CRAWLED if action.exit_code in COMPLETED else LinkState.ERROR
 
 
+def _signature(value: Any) -> bytes:
+    """A stored MinHash signature: bytes of the signature's size (ValueError otherwise)."""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise ValueError("not a blob")
+    data = bytes(value)
+    if len(data) != dedup.PACK.size:
+        raise ValueError("not a signature's size")
+    return data
+
+
 class SqlStore:
     """The Store interface in portable SQL ('?' placeholders); a backend supplies the connection.
 
@@ -357,10 +367,13 @@ class SqlStore:
                 "SELECT signature FROM near_dup WHERE candidate = ?", (candidate,)
             ).fetchone()
         if old is not None:
-            self._xmany(
-                "DELETE FROM near_dup_keys WHERE key = ? AND candidate = ?",
-                [(key, candidate) for key in dedup.band_keys(bytes(old[0]))],
-            )
+            try:
+                keys = dedup.band_keys(_signature(old[0]))
+            except ValueError:  # damaged: its keys are found by candidate instead
+                self._x("DELETE FROM near_dup_keys WHERE candidate = ?", (candidate,))
+            else:
+                self._xmany("DELETE FROM near_dup_keys WHERE key = ? AND candidate = ?",
+                            [(key, candidate) for key in keys])
         self._x(
             "INSERT INTO near_dup (candidate, signature) VALUES (?, ?) ON CONFLICT (candidate) "
             "DO UPDATE SET signature = excluded.signature",
@@ -377,7 +390,8 @@ class SqlStore:
         rows = self._x(_SHARING_A_KEY, (*keys, url)).fetchall()
         best: tuple[str, float] | None = None
         for _, other, stored in rows:
-            score = dedup.similarity(signature, bytes(stored))
+            stored = self._cell("near_dup", "signature", str(other), _signature, stored)
+            score = dedup.similarity(signature, stored)
             if score >= min_similarity and (best is None or score > best[1]):
                 best = (str(other), score)
         return best
