@@ -223,7 +223,11 @@ def _clean(href: str, opts: Normalize) -> str | None:
     else:
         path, query_part = href[path_start:], ""
     if path_opts:
-        path = _normalize_path(path, opts)
+        new_path = _normalize_path(path, opts)
+        if new_path != path:  # a rewritten path can hold dot segments ada resolves: once more
+            rewritten = href[:path_start] + new_path + query_part + fragment
+            again = _href(rewritten, None)
+            return rewritten if again in (None, rewritten) else _clean(again, opts)  # shorter
     return href[:path_start] + path + query_part + fragment
 
 
