@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import ssl
 import subprocess
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,3 +243,35 @@ def test_a_host_name_is_resolved_once_and_each_address_tried() -> None:
     assert statuses == [200, 200] and resolved == ["localhost"]
     assert server.connections == 1
     assert f"Host: localhost:{server.port}" in server.heads[0][1]
+
+
+class _SlowResolver:
+    """A name that takes 30 s to resolve: connecting lasts until a timeout ends it."""
+
+    async def resolve(self, host: str, port: int) -> fetch.Addresses:
+        await asyncio.sleep(30)
+        return [("127.0.0.1", socket.AF_INET)]
+
+
+@pytest.mark.parametrize(("connect", "first_byte", "detail"), [
+    (0.2, 5.0, "connect timeout (0.2s)"),
+    (5.0, 0.2, "first-byte timeout (0.2s)"),  # the first byte's deadline counts connecting too
+])
+def test_a_slow_connect_ends_at_the_earlier_of_connect_and_first_byte_timeouts(
+    connect: float, first_byte: float, detail: str
+) -> None:
+    limits = Limits(connect_timeout=connect, first_byte_timeout=first_byte, total_timeout=10,
+                    allow_private_addresses=True)
+
+    async def slow_fetch() -> tuple[FetchError, float]:
+        async with Fetcher(limits, "courtly-test") as fetcher:
+            fetcher._resolver = _SlowResolver()
+            started = time.monotonic()
+            with pytest.raises(FetchError) as info:
+                await fetcher.get("http://slow.test/")
+            return info.value, time.monotonic() - started
+
+    error, took = asyncio.run(slow_fetch())
+    assert error.exit_code is ExitCode.TIMEOUT
+    assert error.detail.startswith(detail), error.detail
+    assert took < 2.0

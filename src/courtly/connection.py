@@ -6,20 +6,24 @@ the parsing, the hard part, is llhttp's, the parser aiohttp and Node.js use.
 
 A response is read with its limits as it arrives: the head (header count and line size), the
 body (declared or received bytes over the limit: refused or, with truncate, cut there), the
-decoded size (Decoder), and the read-idle timeout. Every fault fails the request's future with
-one FetchError; the caller closes a connection that did not end its response cleanly.
+decoded size (Decoder), and the timeouts (first byte, then total; read-idle). Every fault
+fails the request's future with one FetchError; the caller closes a connection that did not
+end its response cleanly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import brotli
 import httptools
 
 from courtly.model import ExitCode
+
+if TYPE_CHECKING:
+    from courtly.config import Limits
 
 #: what a response turns into: status, headers (lower-case names, repeats joined), body
 Answer = tuple[int, dict[str, str], bytes]
@@ -32,6 +36,13 @@ class FetchError(Exception):
         super().__init__(detail)
         self.exit_code = exit_code
         self.detail = detail
+
+
+def deadline_error(first_byte: float, total: float, head_done: bool) -> FetchError:
+    """The timeout of a fetch that reached its deadline: the first byte's, or the total's."""
+    if first_byte < total and not head_done:
+        return FetchError(ExitCode.TIMEOUT, f"first-byte timeout ({first_byte}s)")
+    return FetchError(ExitCode.TIMEOUT, f"total timeout ({total}s)")
 
 
 class Decoder:
@@ -107,14 +118,15 @@ class Connection(asyncio.Protocol):
 
     transport: asyncio.Transport
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_header_count: int,
-                 max_header_size: int, max_decompressed: int, read_timeout: float) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits) -> None:
         self._loop = loop
-        self._max_count = max_header_count
-        self._max_line = max_header_size
-        self._max_head = max_header_count * max_header_size  # memory bound on a head in parts
-        self._max_decoded = max_decompressed
-        self._read_timeout = read_timeout
+        self._max_count = limits.max_header_count
+        self._max_line = limits.max_header_size
+        self._max_head = self._max_count * self._max_line  # memory bound on a head in parts
+        self._max_decoded = limits.max_decompressed_size
+        self._read_timeout = limits.read_timeout
+        self._first_byte = min(limits.first_byte_timeout, limits.total_timeout)
+        self._total = limits.total_timeout
         self._parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.idle_since = 0.0
@@ -134,29 +146,38 @@ class Connection(asyncio.Protocol):
         self.reusable = False  # the response ended cleanly and the server keeps the connection
 
     # -- the request -------------------------------------------------------------------------
-    def request(self, data: bytes, limit: int, truncate: bool, deadline: asyncio.Timeout,
-                total_at: float) -> asyncio.Future[Answer]:
+    def request(self, data: bytes, limit: int, truncate: bool, started: float
+                ) -> asyncio.Future[Answer]:
         """Send a request; the future gets the response, or the FetchError that ended it.
 
-        The deadline (first byte) is moved to total_at when the response head is in.
+        The timeouts run from `started` (the loop's time when the fetch began, before any
+        connect): the first byte until the response head is in, then the total; and read-idle.
+        One timer watches all three: asyncio.timeout changed its timer three times a request.
         """
         self._reset(limit, truncate)
-        self._deadline = deadline
-        self._total_at = total_at
+        self._started = started
         waiter = self._waiter = self._loop.create_future()
         self._last_data = self._loop.time()
-        self._idle = self._loop.call_at(self._last_data + self._read_timeout, self._check_idle)
+        self._timer = self._loop.call_at(self._due(), self._on_timer)
         self.transport.write(data)
         return waiter
 
-    def _check_idle(self) -> None:
-        idle = self._loop.time() - self._last_data
-        if idle < self._read_timeout:
-            self._idle = self._loop.call_at(self._last_data + self._read_timeout,
-                                            self._check_idle)
-            return
-        self._fail(FetchError(ExitCode.TIMEOUT,
-                              f"read-idle timeout ({self._read_timeout}s without data)"))
+    def _deadline(self) -> float:
+        return self._started + (self._total if self.head_done else self._first_byte)
+
+    def _due(self) -> float:
+        """When a timeout could next be reached (data arriving only moves the read-idle one)."""
+        return min(self._deadline(), self._last_data + self._read_timeout)
+
+    def _on_timer(self) -> None:
+        now = self._loop.time()
+        if now >= self._deadline():
+            self._fail(deadline_error(self._first_byte, self._total, self.head_done))
+        elif now - self._last_data >= self._read_timeout:
+            self._fail(FetchError(ExitCode.TIMEOUT,
+                                  f"read-idle timeout ({self._read_timeout}s without data)"))
+        else:
+            self._timer = self._loop.call_at(self._due(), self._on_timer)
 
     def _fail(self, error: FetchError) -> None:
         waiter = self._waiter
@@ -166,7 +187,7 @@ class Connection(asyncio.Protocol):
         self.close()
 
     def _finish(self) -> None:
-        self._idle.cancel()
+        self._timer.cancel()
         self._waiter = None
 
     def close(self) -> None:
@@ -234,8 +255,7 @@ class Connection(asyncio.Protocol):
         if status < 200:  # 1xx: an interim response; the real one follows
             self._headers = {}
             return
-        self.head_done = True
-        self._deadline.reschedule(self._total_at)
+        self.head_done = True  # the deadline is now the total (the timer reads it when due)
         headers = self._headers
         declared = headers.get("content-length")
         self._delimited = declared is not None or "chunked" in headers.get(

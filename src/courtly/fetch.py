@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from courtly.config import Limits
-from courtly.connection import Connection, FetchError
+from courtly.connection import Connection, FetchError, deadline_error
 from courtly.model import ExitCode
 
 __all__ = ["Addresses", "FetchError", "Fetcher", "GuardedResolver", "Resolver", "Response",
@@ -198,10 +198,7 @@ class Fetcher:
     async def __aenter__(self) -> Fetcher:
         # kept: Python 3.11's get_running_loop() makes a getpid system call (several a request)
         self._loop = asyncio.get_running_loop()
-        lim = self.limits
-        self._protocol = functools.partial(
-            Connection, self._loop, lim.max_header_count, lim.max_header_size,
-            lim.max_decompressed_size, lim.read_timeout)
+        self._protocol = functools.partial(Connection, self._loop, self.limits)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -231,29 +228,19 @@ class Fetcher:
         assert self._loop is not None, "use 'async with Fetcher'"
         lim = self.limits
         started = time.monotonic()
-        # one deadline: the first-byte timeout until the response head is in, then the total
-        loop_started = self._loop.time()
-        deadline = asyncio.timeout_at(loop_started + min(lim.first_byte_timeout, lim.total_timeout))
+        loop_started = self._loop.time()  # the timeouts run from here, connecting included
         conn = None
         endpoint, target = _split(url)
         self._check_literal_address(endpoint.host)
         request = self._request(endpoint, target, headers)
         try:
-            async with deadline:
-                conn = await self._connection(endpoint)
-                status, hdrs, body = await conn.request(
-                    request, max_body or lim.max_body_size, truncate, deadline,
-                    loop_started + lim.total_timeout)
+            conn = await self._connection(endpoint, loop_started)
+            status, hdrs, body = await conn.request(
+                request, max_body or lim.max_body_size, truncate, loop_started)
         except FetchError as exc:
             if exc.exit_code is ExitCode.TIMEOUT:
                 raise FetchError(exc.exit_code, f"{exc.detail} {_took(started)}") from None
             raise
-        except TimeoutError:
-            head = conn is not None and conn.head_done
-            first_byte = lim.first_byte_timeout < lim.total_timeout and not head
-            what = (f"first-byte timeout ({lim.first_byte_timeout}s)" if first_byte
-                    else f"total timeout ({lim.total_timeout}s)")
-            raise FetchError(ExitCode.TIMEOUT, f"{what} {_took(started)}") from None
         finally:
             if conn is not None:
                 self._release(endpoint, conn)
@@ -269,8 +256,9 @@ class Fetcher:
         return (head + "\r\n").encode("utf-8", "replace")
 
     # -- connections ---------------------------------------------------------------------------
-    async def _connection(self, endpoint: _Endpoint) -> Connection:
-        """A kept-alive connection to the endpoint, or a new one."""
+    async def _connection(self, endpoint: _Endpoint, started: float) -> Connection:
+        """A kept-alive connection to the endpoint, or a new one (connected before the connect
+        timeout, and before the first-byte deadline of the fetch that began at `started`)."""
         idle = self._idle.get(endpoint)
         now = self._loop.time()  # type: ignore[union-attr]
         while idle:
@@ -279,12 +267,16 @@ class Fetcher:
                 return conn
             conn.close()
         lim = self.limits
+        first_byte = min(lim.first_byte_timeout, lim.total_timeout)
+        connect_first = now + lim.connect_timeout <= started + first_byte
         try:
-            async with asyncio.timeout(lim.connect_timeout):  # resolving and connecting
+            async with asyncio.timeout_at(min(now + lim.connect_timeout, started + first_byte)):
                 return await self._open(endpoint)
         except TimeoutError:
-            raise FetchError(ExitCode.TIMEOUT, f"connect timeout ({lim.connect_timeout}s)"
-                             ) from None
+            if connect_first:
+                raise FetchError(ExitCode.TIMEOUT, f"connect timeout ({lim.connect_timeout}s)"
+                                 ) from None
+            raise deadline_error(first_byte, lim.total_timeout, False) from None
 
     async def _open(self, endpoint: _Endpoint) -> Connection:
         host = endpoint.host

@@ -52,9 +52,11 @@ _WORKER = (
     "import sys, socket, courtly.pageworker as w; w.serve(socket.socket(fileno=int(sys.argv[1])))"
 )
 #: glibc gave the heap back to the system after every page and took it again (page faults: a
-#: quarter of the worker's CPU, bench/RESULTS.md); NumPy's BLAS threads are never used here
+#: quarter of the worker's CPU, bench/RESULTS.md); a fixed trim threshold also fixes glibc's
+#: mmap threshold at 128 KiB, so lexbor's two 324 KiB blocks a page were mmap'd and unmapped
+#: each time: blocks up to 4 MiB come from the heap. NumPy's BLAS threads are never used here
 _WORKER_ENV = {
-    "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=33554432",
+    "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=33554432:glibc.malloc.mmap_threshold=4194304",
     "OPENBLAS_NUM_THREADS": "1",
 }
 
