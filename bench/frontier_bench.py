@@ -118,9 +118,16 @@ def measure_store(path: Path, n: int) -> dict[str, float]:
     fill_ms = (time.perf_counter() - started) / len(origins) * 1000
     rng = random.Random(1)
     new = [Link(f"{fake(i % 900)}/new/{n}/{i}", fake(i % 900), 2, 0.3) for i in range(20000)]
-    step = max(1, n // 20000)
-    known_rows = sqlite3.connect(str(path)).execute(
-        f"SELECT url, origin FROM candidates WHERE id % {step} = 0 LIMIT 20000").fetchall()
+    # a random sample: ids spaced n/20,000 apart were all multiples of 10 at 10M (all crawled
+    # rows, which an upsert leaves alone) and half of them at 100k
+    ids = rng.sample(range(1, n + 1), min(n, 20000))
+    con = sqlite3.connect(str(path))
+    known_rows = []
+    for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+        marks = ", ".join("?" * len(chunk))
+        known_rows += con.execute(f"SELECT url, origin FROM candidates WHERE id IN ({marks})",
+                                  chunk).fetchall()
+    con.close()
     known = [Link(u, o, 2, 0.1) for u, o in known_rows]
     rng.shuffle(new)
     rng.shuffle(known)  # a crawl finds known links in no particular order
