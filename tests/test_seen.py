@@ -31,6 +31,47 @@ def test_new_links_are_the_upserts_that_could_change_something() -> None:
     assert seen.known([f"{ORG}/unknown"]) == ({}, [f"{ORG}/unknown"])
 
 
+def test_changing_is_new_links_test_without_recording() -> None:
+    seen = SeenCache()
+    seen.put(f"{ORG}/crawled", LinkState.CRAWLED)
+    seen.put(f"{ORG}/fresh", LinkState.NOT_CRAWLED, 0.5)
+    seen.absent(f"{ORG}/absent")
+    urls = [f"{ORG}/{name}" for name in ("crawled", "fresh", "absent", "unknown")]
+    for score in (0.4, 0.5, 0.6):
+        links = [Link(u, ORG, 1, score) for u in urls]
+        expected = [lk.url for lk in _copy(seen).new_links(links)]
+        assert seen.changing(urls, score) == expected
+        assert seen.changing(urls, score) == expected  # nothing was recorded
+    assert seen.changing(urls, 0.4) == [f"{ORG}/absent", f"{ORG}/unknown"]
+
+
+def _copy(seen: SeenCache) -> SeenCache:
+    twin = SeenCache(seen.size)
+    twin._entries = dict(seen._entries)
+    return twin
+
+
+def test_store_unsettled_links_are_those_an_upsert_would_change(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "c.db"))
+    try:
+        store.add_origins([ORG])
+        urls = [f"{ORG}/{i}" for i in range(4)]
+        store.add_links([Link(u, ORG, 1, 0.5) for u in urls[:3]])
+        run = store.begin_run()
+        done = store.take_todo(ORG, run, 1, time.time())[0]
+        store.record(CrawlAction(done, ORG, ExitCode.OK, time.time(), http_status=200), run)
+        fresh = [u for u in urls[:3] if u != done.url]
+        reopened = SqliteStore(str(tmp_path / "c.db"))  # an empty cache: read from the database
+        try:
+            for store_ in (store, reopened):
+                assert store_.unsettled(urls, 0.5) == [urls[3]]  # the same score: no change
+                assert store_.unsettled(urls, 0.9) == [*fresh, urls[3]]  # raised, and new
+        finally:
+            reopened.close()
+    finally:
+        store.close()
+
+
 def test_the_cache_is_bounded_oldest_out() -> None:
     seen = SeenCache(size=3)
     for i in range(5):

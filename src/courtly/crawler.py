@@ -575,7 +575,9 @@ class Crawler:
         """A page's links (normalized, with their anchor text) in scope, through the strategy.
 
         A strategy with the base class's link handlers gets their result without the objects:
-        the links never crawled, with `breadth_first_score` (no per-link Request and Scheduled).
+        the links never crawled, with `breadth_first_score` (no per-link Request and Scheduled),
+        less those already candidates with at least that score (their upsert would change
+        nothing, and their origin has its crawler since they were added).
         """
         depth = action.candidate.depth + 1
         in_scope = self.policy.in_scope
@@ -584,14 +586,10 @@ class Crawler:
                      for url, text in links if in_scope(url)]
             self._links(action, found, vetted=True)
             return
-        urls = [url for url, _ in links if in_scope(url)]
-        states = self.store.states(urls)
         score = breadth_first_score(depth)
-        fresh = LinkState.NOT_CRAWLED
+        unsettled = self.store.unsettled([url for url, _ in links if in_scope(url)], score)
         action.links.extend(self._scheduled_links())  # what page_crawled scheduled, if anything
-        action.links.extend(
-            self._link(url, depth, score) for url in urls if states.get(url, fresh) is fresh
-        )
+        action.links.extend(self._link(url, depth, score) for url in unsettled)
 
     def _request(self, candidate: Candidate) -> Request:
         return Request(candidate.url, candidate.depth, candidate.score, state=LinkState.QUEUED)

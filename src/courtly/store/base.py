@@ -102,6 +102,11 @@ class Store(Protocol):
         """The link states of the known URLs among these (unknown URLs are absent)."""
         ...
 
+    def unsettled(self, urls: list[str], score: float) -> list[str]:
+        """The URLs (in order) whose candidate a link with this score would add, or whose score
+        it would raise: never crawled, and not already known with at least this score."""
+        ...
+
     def stats(self) -> dict[str, Any]:
         """Counts by link state, exit code and origin."""
         ...

@@ -56,6 +56,17 @@ class SeenCache:
         """url was looked up and is not in the database."""
         self._set(hash(url), _ABSENT)
 
+    def changing(self, urls: Iterable[str], score: float) -> list[str]:
+        """The URLs whose upsert with this score could change the database: new_links' test,
+        without recording anything (unknown here, absent, or never crawled with a lower score)."""
+        entries = self._entries
+        out = []
+        for url in urls:
+            entry = entries.get(hash(url))
+            if entry is None or (isinstance(entry, float) and score > entry):
+                out.append(url)
+        return out
+
     def new_links(self, links: Iterable[Link]) -> list[Link]:
         """The links whose upsert could change the database; the cache records the result."""
         out = []

@@ -418,6 +418,10 @@ class SqlStore:
                 self.seen.absent(url)
         return out
 
+    def unsettled(self, urls: list[str], score: float) -> list[str]:
+        self.states(urls)  # what the seen cache does not know is read into it
+        return self.seen.changing(urls, score)
+
     def redirect_chain(self, url: str, limit: int) -> int:
         """How many recorded redirects lead to url (walked backwards, at most limit + 1)."""
         hops, seen = 0, {url}
