@@ -114,7 +114,7 @@ def analyse_page(
             out.canonical = canonical
             return out
     if settings.near and not out.noindex:
-        out.near_signature = _signature()(page.text)
+        out.near_signature = _minhash()(page.text)
     if settings.compress and not out.noindex:
         out.content = compress(body)
     if out.nofollow:
@@ -132,7 +132,7 @@ def analyse_page(
 
 
 @functools.cache
-def _signature() -> Callable[[str], bytes | None]:
+def _minhash() -> Callable[[str], bytes | None]:
     """minhash.signature, imported on first use: the crawl process loads NumPy only if it
     analyses pages itself (an import statement in analyse_page cost 5,000 instructions a page)."""
     from courtly.minhash import signature

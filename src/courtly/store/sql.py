@@ -398,6 +398,21 @@ class SqlStore:
 
     def states(self, urls: list[str]) -> dict[str, LinkState]:
         out, missing = self.seen.known(dict.fromkeys(urls))
+        out.update(self._read_states(missing))
+        return out
+
+    def unsettled(self, urls: list[str], score: float) -> list[str]:
+        changing = self.seen.changing(urls, score)  # with the URLs the cache does not know
+        _, missing = self.seen.known(changing)
+        if not missing:
+            return changing
+        self._read_states(missing)
+        return self.seen.changing(changing, score)
+
+    def _read_states(self, missing: list[str]) -> dict[str, LinkState]:
+        """The database's states of URLs the seen cache does not know; the cache records them
+        (and the absent ones)."""
+        out: dict[str, LinkState] = {}
         for i in range(0, len(missing), 500):
             chunk = missing[i:i + 500]
             marks = ", ".join("?" * len(chunk))
@@ -417,10 +432,6 @@ class SqlStore:
             if url not in out:
                 self.seen.absent(url)
         return out
-
-    def unsettled(self, urls: list[str], score: float) -> list[str]:
-        self.states(urls)  # what the seen cache does not know is read into it
-        return self.seen.changing(urls, score)
 
     def redirect_chain(self, url: str, limit: int) -> int:
         """How many recorded redirects lead to url (walked backwards, at most limit + 1)."""
