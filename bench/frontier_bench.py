@@ -14,7 +14,11 @@ For each size N it builds a SQLite crawl database with N candidates spread over 
   (the database's origins include live 127.0.0.1 origins);
 - peak RSS of that `courtly crawl` (VmHWM), which runs 300 crawl actions.
 
-Usage: .venv/bin/python bench/frontier_bench.py [--sizes 100000 1000000 10000000] [--cold]
+The store measurements are repeated on fresh copies (--repeat, 3 by default) and the table shows
+their medians: on these VMs one measurement of the same database moves by up to half.
+
+Usage: .venv/bin/python bench/frontier_bench.py [--sizes 100000 1000000 10000000] [--repeat 3]
+                                                [--cold]
 Databases are cached in bench/.cache/frontier/ (a 10M database takes a few minutes to build).
 """
 
@@ -26,6 +30,7 @@ import os
 import random
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -186,6 +191,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="store measurements per size, each on a fresh copy (medians reported)")
     ap.add_argument("--cold", dest="warm", action="store_false",
                     help="do not read the database into the OS page cache before measuring")
     args = ap.parse_args()
@@ -201,8 +208,12 @@ def main() -> None:
             build(path, n, live)
             built = time.monotonic() - t0
             row = {"n": n, "build_s": built, "db_mb": path.stat().st_size / 1e6}
-            with fresh_copy(path, args.warm) as copy:
-                row |= measure_store(copy, n)
+            repeats = []
+            for _ in range(args.repeat):
+                with fresh_copy(path, args.warm) as copy:
+                    repeats.append(measure_store(copy, n))
+                print(json.dumps({"n": n, "repeat": len(repeats)} | repeats[-1]), flush=True)
+            row |= {key: statistics.median(r[key] for r in repeats) for key in repeats[0]}
             with fresh_copy(path, args.warm) as copy:
                 row |= measure_resume(copy, site)
             results[n] = row
