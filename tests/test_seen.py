@@ -40,9 +40,9 @@ def test_changing_is_new_links_test_without_recording() -> None:
     for score in (0.4, 0.5, 0.6):
         links = [Link(u, ORG, 1, score) for u in urls]
         expected = [lk.url for lk in _copy(seen).new_links(links)]
-        assert seen.changing(urls, score) == expected
-        assert seen.changing(urls, score) == expected  # nothing was recorded
-    assert seen.changing(urls, 0.4) == [f"{ORG}/absent", f"{ORG}/unknown"]
+        assert seen.changing(urls, score)[0] == expected
+        assert seen.changing(urls, score)[0] == expected  # nothing was recorded
+    assert seen.changing(urls, 0.4) == ([f"{ORG}/absent", f"{ORG}/unknown"], [f"{ORG}/unknown"])
 
 
 def _copy(seen: SeenCache) -> SeenCache:

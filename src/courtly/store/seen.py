@@ -56,16 +56,21 @@ class SeenCache:
         """url was looked up and is not in the database."""
         self._set(hash(url), _ABSENT)
 
-    def changing(self, urls: Iterable[str], score: float) -> list[str]:
+    def changing(self, urls: Iterable[str], score: float) -> tuple[list[str], list[str]]:
         """The URLs whose upsert with this score could change the database: new_links' test,
-        without recording anything (unknown here, absent, or never crawled with a lower score)."""
+        without recording anything (unknown here, absent, or never crawled with a lower score);
+        and those of them the cache does not know."""
         entries = self._entries
         out = []
+        unknown = []
         for url in urls:
             entry = entries.get(hash(url))
-            if entry is None or (isinstance(entry, float) and score > entry):
+            if entry is None:
                 out.append(url)
-        return out
+                unknown.append(url)
+            elif isinstance(entry, float) and score > entry:
+                out.append(url)
+        return out, unknown
 
     def new_links(self, links: Iterable[Link]) -> list[Link]:
         """The links whose upsert could change the database; the cache records the result."""

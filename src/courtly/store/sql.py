@@ -402,12 +402,11 @@ class SqlStore:
         return out
 
     def unsettled(self, urls: list[str], score: float) -> list[str]:
-        changing = self.seen.changing(urls, score)  # with the URLs the cache does not know
-        _, missing = self.seen.known(changing)
-        if not missing:
+        changing, unknown = self.seen.changing(urls, score)
+        if not unknown:
             return changing
-        self._read_states(missing)
-        return self.seen.changing(changing, score)
+        self._read_states(unknown)  # the cache now knows them
+        return self.seen.changing(changing, score)[0]
 
     def _read_states(self, missing: list[str]) -> dict[str, LinkState]:
         """The database's states of URLs the seen cache does not know; the cache records them
