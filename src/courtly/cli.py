@@ -287,22 +287,41 @@ def add_seeds(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> 
 
 @main.command()
 @db_option
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "warc"]), default="jsonl",
+              help="jsonl or csv: one record per crawl candidate; warc: the stored pages.")
 @click.option("--out", type=click.Path(), help="Output file (default: standard output).")
 def export(db: str | None, fmt: str, out: str | None) -> None:
-    """One record per crawl candidate."""
+    """One record per crawl candidate, or the stored pages as a WARC file."""
     db = build_config(None, db=db).db
     if out and is_database_file(out, db):
         fail(f"--out {out} is the crawl database (or its journal): write the export elsewhere")
+    if fmt == "warc" and not out and sys.stdout.isatty():
+        fail("a WARC file is binary: give --out FILE or redirect standard output")
     with crawl_db(db, must_exist=True) as store:
         try:
-            if out:
+            if fmt == "warc":
+                export_warc(store, out)
+            elif out:
                 with open(out, "w", encoding="utf-8", newline="") as stream:
                     write_records(stream, fmt, store.export())
             else:
                 write_records(sys.stdout, fmt, store.export())
         except OSError as exc:
             fail(f"cannot write {out or 'standard output'}: {exc.strerror or exc}")
+
+
+def export_warc(store: Store, out: str | None) -> None:
+    """The stored pages as a gzipped WARC file; damaged bodies are left out and named."""
+    from courtly.warc import write_warc
+
+    if out:
+        with open(out, "wb") as stream:
+            written, damaged = write_warc(stream, store.stored_pages())
+    else:
+        written, damaged = write_warc(sys.stdout.buffer, store.stored_pages())
+    if damaged:
+        fail(f"damaged stored pages left out of the WARC file: {len(damaged)} ({written} "
+             f"written), the first: {damaged[0]}", 1)
 
 
 def is_database_file(path: str, db: str) -> bool:

@@ -114,3 +114,13 @@ class CrawlAction:
     #: the origin's state, saved with the action when it changed the rate-limit pause (a restart
     #: or another worker then still waits it out)
     origin_state: OriginState | None = None
+
+
+@dataclass(slots=True)
+class StoredPage:
+    """A page body the content table keeps (zstd-compressed), with when it was fetched."""
+
+    url: str
+    fetched: float
+    content_type: str | None
+    body: bytes

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from courtly.model import Candidate, CrawlAction, Link, LinkState
+from courtly.model import Candidate, CrawlAction, Link, LinkState, StoredPage
 
 
 class StoreError(Exception):
@@ -113,6 +113,10 @@ class Store(Protocol):
 
     def export(self) -> Iterator[dict[str, Any]]:
         """One record per crawl candidate."""
+        ...
+
+    def stored_pages(self) -> Iterator[StoredPage]:
+        """The page bodies kept in the content table, in URL order."""
         ...
 
     def candidate(self, url: str) -> dict[str, Any] | None:

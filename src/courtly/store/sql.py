@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from courtly import clock, dedup
-from courtly.model import COMPLETED, Candidate, CrawlAction, Link, LinkState
+from courtly.model import COMPLETED, Candidate, CrawlAction, Link, LinkState, StoredPage
 from courtly.store.base import OriginState, StoreError
 from courtly.store.schema import MIGRATIONS
 from courtly.store.seen import SeenCache
@@ -510,6 +510,23 @@ class SqlStore:
         cur = self._x(f"SELECT {', '.join(EXPORT_COLUMNS)} FROM candidates ORDER BY id")
         for row in cur:
             yield dict(zip(EXPORT_COLUMNS, row, strict=True))
+
+    def stored_pages(self) -> Iterator[StoredPage]:
+        after = ""  # pages of 200 by URL: the bodies never all in memory (psycopg reads a
+        while True:  # whole result at once)
+            rows = self._x(
+                "SELECT c.url, c.fetched, k.content_type, c.body FROM content c "
+                "LEFT JOIN candidates k ON k.url = c.url WHERE c.url > ? ORDER BY c.url LIMIT 200",
+                (after,),
+            ).fetchall()
+            for url, fetched, content_type, body in rows:
+                try:
+                    yield StoredPage(str(url), float(fetched), content_type, bytes(body))
+                except (TypeError, ValueError):  # a damaged row: an empty body, which the
+                    yield StoredPage(str(url), 0.0, None, b"")  # WARC writer reports
+            if len(rows) < 200:
+                return
+            after = rows[-1][0]
 
     def candidate(self, url: str) -> dict[str, Any] | None:
         row = self._x(
