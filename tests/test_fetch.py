@@ -8,6 +8,7 @@ import socket
 import time
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import brotli
@@ -16,12 +17,14 @@ import pytest
 from courtly.config import Limits
 from courtly.connection import Decoder
 from courtly.fetch import (
+    NEXT_ATTEMPT,
     Addresses,
     Fetcher,
     FetchError,
     GuardedResolver,
     SystemResolver,
     _BlockedAddress,
+    interleaved,
 )
 from courtly.fetch import address_allowed as allowed
 from courtly.model import ExitCode
@@ -269,3 +272,71 @@ def test_the_system_resolver_answers_each_address_once() -> None:
     assert ("127.0.0.1", socket.AF_INET) in answers
     assert len(answers) == len(set(answers))
     assert {family for _, family in answers} <= {socket.AF_INET, socket.AF_INET6}
+
+
+# -- several addresses: happy eyeballs ------------------------------------------------------
+
+
+@contextmanager
+def black_hole(address: str, port: int) -> Iterator[None]:
+    """address:port drops every SYN: a listener whose one-place backlog is already full."""
+    listener = socket.socket()
+    queued = socket.socket()
+    try:
+        listener.bind((address, port))
+        listener.listen(0)
+        queued.connect((address, port))  # never accepted: the queue is full from now on
+        yield
+    finally:
+        queued.close()
+        listener.close()
+
+
+def fetch_named(hostile: HostileServer, addresses: list[str], limits: Limits = LIMITS) -> Any:
+    """GET http://dual.test:PORT/ of the hostile server's 'ok' origin, the name resolving to
+    these addresses in this order."""
+    port = hostile.origins["ok"].rsplit(":", 1)[1]
+
+    async def run() -> Any:
+        lim = limits.model_copy(update={"allow_private_addresses": True})
+        async with Fetcher(lim, "courtly-test", ()) as fetcher:
+            fetcher._resolver = FakeResolver({"dual.test": addresses})
+            return await fetcher.get(f"http://dual.test:{port}/")
+
+    return asyncio.run(run())
+
+
+def test_a_silent_address_does_not_stall_the_next(hostile: HostileServer) -> None:
+    """The first address drops SYNs: the second is tried NEXT_ATTEMPT later, not after the
+    connect timeout, and answers."""
+    port = int(hostile.origins["ok"].rsplit(":", 1)[1])
+    slow = LIMITS.model_copy(update={"connect_timeout": 5, "first_byte_timeout": 5,
+                                     "total_timeout": 5})
+    with black_hole("127.0.0.2", port):
+        started = time.monotonic()
+        response = fetch_named(hostile, ["127.0.0.2", "127.0.0.1"], slow)
+        took = time.monotonic() - started
+    assert response.status == 200
+    assert NEXT_ATTEMPT <= took < 2.5  # the second attempt waited for the first, not for 5 s
+
+
+def test_a_refused_address_falls_through_at_once(hostile: HostileServer, monkeypatch) -> None:
+    monkeypatch.setattr("courtly.fetch.NEXT_ATTEMPT", 10.0)  # only a failure can start the next
+    started = time.monotonic()
+    response = fetch_named(hostile, ["127.0.0.3", "127.0.0.1"])  # nothing listens on .3
+    assert response.status == 200 and time.monotonic() - started < 5
+
+
+def test_every_address_failing_is_one_network_error(hostile: HostileServer) -> None:
+    with pytest.raises(FetchError) as info:
+        fetch_named(hostile, ["127.0.0.3", "127.0.0.4"])
+    assert info.value.exit_code is ExitCode.NETWORK_ERROR
+    assert "connect" in str(info.value)
+
+
+def test_address_families_alternate_from_the_first_answer() -> None:
+    v6, v4 = socket.AF_INET6, socket.AF_INET
+    answers = [("::2", v6), ("::3", v6), ("::4", v6), ("10.0.0.1", v4)]
+    assert interleaved(answers) == [("::2", v6), ("10.0.0.1", v4), ("::3", v6), ("::4", v6)]
+    assert interleaved([("10.0.0.1", v4), ("::2", v6)]) == [("10.0.0.1", v4), ("::2", v6)]
+    assert interleaved([]) == []

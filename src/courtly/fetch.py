@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import ipaddress
+import itertools
 import socket
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +26,8 @@ KEEP_ALIVE = 15.0
 #: idle connections kept per endpoint
 _IDLE_PER_ENDPOINT = 2
 _DNS_TTL = 300.0
+#: seconds before the next address is tried while a connection attempt is still pending
+NEXT_ATTEMPT = 0.25
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -287,18 +290,20 @@ class Fetcher:
         tls = None
         if endpoint.scheme == "https":
             tls = self._tls = self._tls or ssl.create_default_context()
-        error: OSError | None = None
-        for address, family in addresses:
-            try:
-                _, conn = await self._loop.create_connection(  # type: ignore[union-attr]
-                    self._protocol, address, endpoint.port, family=family, ssl=tls,
-                    server_hostname=host if tls else None)
-                return conn
-            except ssl.SSLError as exc:  # before OSError: it is one
-                raise FetchError(ExitCode.PROTOCOL_ERROR, f"TLS: {one_line(exc)}") from None
-            except OSError as exc:
-                error = exc
-        raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {one_line(error or 'no address')}")
+
+        async def connect(address: str, family: int) -> Connection:
+            _, conn = await self._loop.create_connection(  # type: ignore[union-attr]
+                self._protocol, address, endpoint.port, family=family, ssl=tls,
+                server_hostname=host if tls else None)
+            return conn
+
+        attempts = [functools.partial(connect, a, f) for a, f in interleaved(addresses)]
+        try:
+            return await first_connection(attempts)
+        except ssl.SSLError as exc:  # before OSError: it is one
+            raise FetchError(ExitCode.PROTOCOL_ERROR, f"TLS: {one_line(exc)}") from None
+        except OSError as exc:
+            raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {one_line(exc)}") from None
 
     async def _resolve(self, host: str, port: int) -> Addresses:
         """The addresses to connect to (the resolver's answers, kept for _DNS_TTL seconds)."""
@@ -346,6 +351,48 @@ class Fetcher:
 
 def _took(started: float) -> str:
     return f"after {time.monotonic() - started:.1f}s"
+
+
+def interleaved(addresses: Addresses) -> Addresses:
+    """The resolver's order, families alternating from the first answer's (RFC 8305 4)."""
+    first = [a for a in addresses if a[1] == addresses[0][1]] if addresses else []
+    other = [a for a in addresses if a not in first]
+    return [a for pair in itertools.zip_longest(first, other) for a in pair if a is not None]
+
+
+async def first_connection(attempts: Iterable[Callable[[], Awaitable[Connection]]]) -> Connection:
+    """Happy eyeballs (RFC 8305): the next attempt starts when the last fails or after
+    NEXT_ATTEMPT seconds, the first to connect wins, the others are cancelled or closed.
+
+    By hand: asyncio races the addresses only when it resolves the name itself, and courtly
+    resolves it first, to refuse non-public addresses. Raises the last attempt's error.
+    """
+    waiting = iter(attempts)
+    running: set[asyncio.Task[Connection]] = set()
+    error: BaseException = OSError("no address")
+    try:
+        while True:
+            attempt = next(waiting, None)
+            if attempt is not None:
+                running.add(asyncio.ensure_future(attempt()))
+            elif not running:
+                raise error
+            done, running = await asyncio.wait(
+                running, timeout=NEXT_ATTEMPT if attempt is not None else None,
+                return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task.exception() is None:
+                    running |= done - {task}  # closed below if they connected too
+                    return task.result()
+                error = task.exception() or error
+                if isinstance(error, ssl.SSLError):
+                    raise error
+    finally:
+        for task in running:
+            if task.done() and not task.cancelled() and task.exception() is None:
+                task.result().close()
+            else:
+                task.cancel()
 
 
 def one_line(exc: BaseException | str) -> str:
