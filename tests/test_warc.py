@@ -101,3 +101,18 @@ def test_a_damaged_body_is_named_and_left_out(serve, tmp_path: Path) -> None:
     one_line(run, 1, "damaged stored pages left out of the WARC file: 1", origin + "/a")
     uris = {r["uri"] for r in records(out.read_bytes())[1:]}
     assert origin + "/" in uris and origin + "/b" in uris and origin + "/a" not in uris
+
+
+def test_every_page_of_a_larger_crawl_once(serve, db: Path, tmp_path: Path) -> None:
+    """More stored pages than the export reads at a time (200): none lost, none twice."""
+    pages = {"/": Page(html("Home", [f"/p{i}" for i in range(450)]))}
+    pages |= {f"/p{i}": Page(html(f"P{i}", [])) for i in range(450)}
+    site = serve({"big": pages})
+    run = courtly("crawl", site.url("big"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    out = tmp_path / "big.warc.gz"
+    assert courtly("export", "--db", db, "--format", "warc", "--out", out).status == 0
+    uris = [r["uri"] for r in records(out.read_bytes())[1:]]
+    assert len(uris) == len(set(uris)) == 451
+    origin = site.origins["big"]
+    assert set(uris) == {origin + "/"} | {f"{origin}/p{i}" for i in range(450)}
