@@ -20,7 +20,8 @@ from courtly.model import StoredPage
 def write_warc(stream: BinaryIO, pages: Iterable[StoredPage]) -> tuple[int, list[str]]:
     """Write a gzipped WARC 1.1 file: a warcinfo record, then the pages; returns how many pages
     were written and the URLs whose stored body is damaged (left out)."""
-    from warcio.warcwriter import WARCWriter  # only this command needs warcio
+    from warcio.timeutils import datetime_to_iso_date  # only this command needs warcio
+    from warcio.warcwriter import WARCWriter
 
     writer = WARCWriter(stream, gzip=True, warc_version="1.1")
     info = {"software": f"courtly/{__version__}", "format": "WARC File Format 1.1"}
@@ -34,7 +35,8 @@ def write_warc(stream: BinaryIO, pages: Iterable[StoredPage]) -> tuple[int, list
         except zstandard.ZstdError:
             damaged.append(page.url)
             continue
-        headers = {"WARC-Date": warc_date(page.fetched)}
+        fetched = datetime.fromtimestamp(page.fetched, UTC).replace(tzinfo=None)
+        headers = {"WARC-Date": datetime_to_iso_date(fetched, use_micros=True)}
         record = writer.create_warc_record(
             page.url, "resource", payload=BytesIO(body), length=len(body),
             warc_content_type=page.content_type or "application/octet-stream",
@@ -45,8 +47,3 @@ def write_warc(stream: BinaryIO, pages: Iterable[StoredPage]) -> tuple[int, list
     stream.flush()
     return written, damaged
 
-
-def warc_date(epoch: float) -> str:
-    """WARC 1.1's date: UTC, ISO 8601, to the microsecond."""
-    when = datetime.fromtimestamp(epoch, UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
