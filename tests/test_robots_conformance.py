@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -27,16 +26,8 @@ from courtly.robots import (
     valid_product_token,
 )
 
-CONFORMANCE_DIR = Path(
-    os.environ.get("COURTLY_CONFORMANCE_DIR")
-    or Path(__file__).parents[2] / "shared" / "conformance"
-)
-
-if not (CONFORMANCE_DIR / "robots_rfc9309.json").is_file():
-    pytest.skip(
-        f"conformance data not found in {CONFORMANCE_DIR} (set COURTLY_CONFORMANCE_DIR)",
-        allow_module_level=True,
-    )
+#: vendored beside the tests (tests/conformance/README.md: where each file came from, licenses)
+CONFORMANCE_DIR = Path(__file__).parent / "conformance"
 
 
 @cache

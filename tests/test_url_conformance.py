@@ -1,4 +1,4 @@
-"""courtly.urls.normalize against the shared conformance data (../shared/conformance).
+"""courtly.urls.normalize against the shared conformance data (tests/conformance, vendored).
 
 How the comparisons are made, and why they are honest:
 
@@ -27,7 +27,6 @@ Run ``python tests/test_url_conformance.py`` to print every disagreement.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -54,11 +53,8 @@ MIN_AGREEMENT: dict[tuple[str, str], tuple[int, int]] = {
 
 
 def conformance_dir() -> Path:
-    """COURTLY_CONFORMANCE_DIR, else shared/conformance beside the repository."""
-    env = os.environ.get("COURTLY_CONFORMANCE_DIR")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "conformance"
-    assert path.is_dir(), f"conformance data not found at {path} (set COURTLY_CONFORMANCE_DIR)"
-    return path
+    """The vendored data (tests/conformance/README.md: where each file came from, licenses)."""
+    return Path(__file__).parent / "conformance"
 
 
 @cache
