@@ -98,9 +98,11 @@ def test_stats_and_export_formats(serve, db: Path, tmp_path: Path) -> None:
 
 
 def test_min_delay_and_one_request_in_flight_per_origin(serve, db: Path) -> None:
-    pages = {"/": Page(html("Home", [f"/p{i}" for i in range(8)]))}
-    pages |= {f"/p{i}": Page(html(f"P{i}", []), delay=0.02) for i in range(8)}
-    site = serve({"a": dict(pages), "b": dict(pages)})
+    def pages(name: str) -> dict[str, Page]:  # two origins, different bytes: no duplicates
+        table = {"/": Page(html(f"Home {name}", [f"/p{i}" for i in range(8)]))}
+        return table | {f"/p{i}": Page(html(f"P{i} {name}", []), delay=0.02) for i in range(8)}
+
+    site = serve({"a": pages("a"), "b": pages("b")})
     run = courtly("crawl", site.url("a"), site.url("b"), "--db", db, "--min-delay", "0.1",
                   "--concurrency", "4")
     assert run.status == 0, run.err

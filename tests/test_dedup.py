@@ -79,7 +79,7 @@ def test_exact_and_near_duplicates_are_found(serve, db: Path) -> None:
 def test_links_of_duplicates_not_followed_when_configured(serve, db: Path, tmp_path: Path) -> None:
     site = serve({"a": site_with_copies()})
     config = tmp_path / "crawl.toml"
-    config.write_text("[dedup]\nfollow_links_of_duplicates = false\n")
+    config.write_text("[dedup]\nfollow_links_of_near_duplicates = false\n")
     a = site.origins["a"]
     assert courtly("crawl", a + "/", "--db", db, "--min-delay", "0", "--config", config).status == 0
     cands = candidates(db)

@@ -68,6 +68,13 @@ class Normalize(_Section):
             "utm_*", "gclid", "fbclid", "msclkid", "mc_cid", "mc_eid", "_ga", "yclid",
         ]
     )
+    #: session parameters (query names, globs) removed from the query and, as ";name=value", from
+    #: the path: a site that links itself with a fresh session id is then one URL, not thousands
+    session_params: list[str] = Field(
+        default_factory=lambda: [
+            "sid", "sessionid", "jsessionid", "phpsessid", "aspsessionid*", "cfid", "cftoken",
+        ]
+    )
     drop_fragment: bool = True
     collapse_slashes: bool = False
     drop_index: bool = False
@@ -110,6 +117,11 @@ class Traps(_Section):
     max_query_params: int = Field(16, ge=0)
     max_depth: int = Field(0, ge=0)
     max_pages_per_origin: int = Field(0, ge=0)
+    #: crawl actions an origin may spend in one run on URLs of one shape (courtly.policy.url_shape:
+    #: digit runs and query values abstracted) found more than shape_depth_slack links deeper than
+    #: the shallowest of them: a calendar or an endless counter costs about this many
+    max_actions_per_shape: int = Field(50, ge=0)
+    shape_depth_slack: int = Field(2, ge=0)
 
 
 class Recrawl(_Section):
@@ -133,7 +145,9 @@ class Dedup(_Section):
     exact: bool = True
     near: bool = True
     min_similarity: float = Field(0.8, gt=0, le=1)  # estimated Jaccard of word shingles
-    follow_links_of_duplicates: bool = True
+    #: an exact duplicate's links are the original's (or a session-id trap's): not followed
+    follow_links_of_exact_duplicates: bool = False
+    follow_links_of_near_duplicates: bool = True
 
 
 class CrawlConfig(_Section):

@@ -33,7 +33,7 @@ from courtly.model import (
     LinkState,
 )
 from courtly.pageworker import PageSettings, PageWorker
-from courtly.policy import Policy
+from courtly.policy import Policy, ShapeBudget
 from courtly.recrawl import next_due
 from courtly.robots import RobotsRules, product_token, rules_for_status
 from courtly.scheduler import (
@@ -181,7 +181,9 @@ class Crawler:
 
     def _add_crawler(self, origin: str) -> None:
         state = self.store.load_origin(origin)
-        crawler = OriginCrawler(origin, state, patience=self.config.politeness.patience)
+        crawler = OriginCrawler(origin, state, patience=self.config.politeness.patience,
+                                shapes=ShapeBudget(self.config.traps.max_actions_per_shape,
+                                                   self.config.traps.shape_depth_slack))
         self.crawlers[origin] = crawler
         wait = max(0.0, state.backoff_until - clock.now())
         self.box.push(crawler, time.monotonic() + wait)
@@ -333,6 +335,12 @@ class Crawler:
             if crawler.robots is not None and not crawler.robots.allowed(candidate.url):
                 _, rule = crawler.robots.explain(candidate.url)
                 self._record_blocked(crawler, candidate, ExitCode.BLOCKED_BY_ROBOTS_TXT, rule)
+                continue
+            verdict = crawler.shapes.spend(candidate.url, candidate.depth)
+            if not verdict.allowed:
+                self._record_blocked(
+                    crawler, candidate, ExitCode.BLOCKED_BY_TRAP_BUDGET, verdict.rule
+                )
                 continue
             return candidate
         return None
@@ -555,10 +563,10 @@ class Crawler:
             action.exit_code = ExitCode.DUPLICATE_CONTENT
             action.duplicate_of = original
             action.detail = f"exact duplicate of {original}"
-            if not self.config.dedup.follow_links_of_duplicates:
+            if not self.config.dedup.follow_links_of_exact_duplicates:
                 return
         elif self.config.dedup.near and self._near_duplicate(action, page.near_signature):
-            if not self.config.dedup.follow_links_of_duplicates:
+            if not self.config.dedup.follow_links_of_near_duplicates:
                 return
         else:
             action.content = page.content

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from courtly.config import CrawlConfig
-from courtly.policy import Policy
+from courtly.model import ExitCode
+from courtly.policy import Policy, url_shape
 from courtly.robots import rules_for_status
 from courtly.store import Store
 from courtly.urls import normalize, origin_of
@@ -48,12 +49,22 @@ def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tupl
             robots_line = (f"unreachable at the last try ({state.robots_error}): the origin's "
                            "URLs wait until it answers")
     lines.append(("robots.txt", robots_line))
+    budget = config.traps.max_actions_per_shape
+    spent = record is not None and record["exit_code"] == ExitCode.BLOCKED_BY_TRAP_BUDGET
+    lines.append(("trap budget", (
+        f"shape {url_shape(normalized)}: at most {budget} crawl actions a run on this origin's "
+        f"URLs of this shape found more than {config.traps.shape_depth_slack} links deeper than "
+        "the shallowest (traps.max_actions_per_shape)"
+        + (", spent when this URL's turn came" * spent)
+    ) if budget else "off (traps.max_actions_per_shape = 0)"))
     if not in_scope:
         final = "not crawled: out of scope"
     elif not verdict.allowed:
         final = "not crawled: BLOCKED_URL_BY_LOCAL_POLICY"
     elif not robots_ok:
         final = robots_verdict
+    elif spent:
+        final = f"not crawled in its last run: {ExitCode.BLOCKED_BY_TRAP_BUDGET}"
     else:
         final = "crawlable"
     lines.append(("verdict", final))

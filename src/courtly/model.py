@@ -31,6 +31,8 @@ class ExitCode(StrEnum):
     BLOCKED_BY_ROBOTS_TXT = "BLOCKED_BY_ROBOTS_TXT"
     BLOCKED_URL_BY_LOCAL_POLICY = "BLOCKED_URL_BY_LOCAL_POLICY"
     BLOCKED_ADDRESS = "BLOCKED_ADDRESS"
+    #: the origin spent this run's budget of crawl actions on URLs of this shape (traps)
+    BLOCKED_BY_TRAP_BUDGET = "BLOCKED_BY_TRAP_BUDGET"
     HTTP_CLIENT_ERROR = "HTTP_CLIENT_ERROR"
     HTTP_SERVER_ERROR = "HTTP_SERVER_ERROR"
     RATE_LIMITED = "RATE_LIMITED"
@@ -50,7 +52,8 @@ class ExitCode(StrEnum):
 COMPLETED = frozenset(
     {ExitCode.OK, ExitCode.REDIRECT, ExitCode.NOT_MODIFIED, ExitCode.NOINDEX,
      ExitCode.NOT_CANONICAL, ExitCode.DUPLICATE_CONTENT, ExitCode.UNSUPPORTED_CONTENT,
-     ExitCode.BLOCKED_BY_ROBOTS_TXT, ExitCode.BLOCKED_URL_BY_LOCAL_POLICY}
+     ExitCode.BLOCKED_BY_ROBOTS_TXT, ExitCode.BLOCKED_URL_BY_LOCAL_POLICY,
+     ExitCode.BLOCKED_BY_TRAP_BUDGET}
 )
 #: exit codes after which the URL is retried later in the same run
 RETRY_IN_RUN = frozenset({ExitCode.RATE_LIMITED, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT})

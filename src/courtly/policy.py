@@ -11,8 +11,9 @@ matched, so the verdict can name the rule.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus
 
@@ -23,7 +24,7 @@ from courtly.urls import authority_key, glob_to_regex, host_of, origin_of, regis
 if TYPE_CHECKING:
     from courtly.config import Policies, QueryParameters, Traps
 
-__all__ = ["ALLOWED", "Policy", "Verdict", "compile_pattern"]
+__all__ = ["ALLOWED", "Policy", "ShapeBudget", "Verdict", "compile_pattern", "url_shape"]
 
 # Matches the "scheme://authority" part of an absolute URL; path patterns start after it.
 _AUTHORITY = r"[^:/?#]+://[^/?#]*"
@@ -173,6 +174,51 @@ def _param_names(query: str) -> list[str]:
             name = pair.split("=", 1)[0]
             names.append(unquote_plus(name) if "%" in name or "+" in name else name)
     return names
+
+
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def url_shape(url: str) -> str:
+    """The URL's path and query with digit runs (so dates too) and query values abstracted:
+    /cal/2026/11/?view=week → /cal/{n}/{n}/?view={v}. One shape, many URLs: a trap's signature."""
+    path, query = _split(url)
+    shape = _DIGITS.sub("{n}", path)
+    if query:
+        shape += "?" + "&".join(f"{name}={{v}}" for name in _param_names(query))
+    return shape
+
+
+@dataclass(slots=True)
+class ShapeBudget:
+    """One origin's crawl actions this run per URL shape that keeps reappearing deeper in the link
+    graph: a calendar's or a counter's pages are found ever deeper, a catalogue's at a few depths.
+
+    A URL more than `slack` links deeper than the shallowest URL of its shape crawled in this
+    run costs one action of its shape's budget (`limit`); once that is spent it is refused.
+    """
+
+    limit: int
+    slack: int = 0
+    #: shape → [the shallowest depth crawled, the actions spent below depth + slack]
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+
+    def spend(self, url: str, depth: int) -> Verdict:
+        """Count a crawl action of url (found at link depth `depth`); refuse it once spent."""
+        if not self.limit:
+            return ALLOWED
+        shape = url_shape(url)
+        seen = self.shapes.get(shape)
+        if seen is None:
+            self.shapes[shape] = [depth, 0]
+            return ALLOWED
+        if depth <= seen[0] + self.slack:
+            seen[0] = min(seen[0], depth)
+            return ALLOWED
+        if seen[1] >= self.limit:
+            return Verdict(False, f"trap: max_actions_per_shape {self.limit} spent on {shape}")
+        seen[1] += 1
+        return ALLOWED
 
 
 class Policy:

@@ -19,7 +19,8 @@ _CONTENT = frozenset(
     {ExitCode.OK, ExitCode.NOINDEX, ExitCode.DUPLICATE_CONTENT, ExitCode.UNSUPPORTED_CONTENT,
      ExitCode.NOT_MODIFIED}
 )
-_NOT_ERRORS = _CONTENT | _BLOCKED | _REDIRECTS | {ExitCode.BLOCKED_URL_BY_LOCAL_POLICY}
+_LOCAL = frozenset({ExitCode.BLOCKED_URL_BY_LOCAL_POLICY, ExitCode.BLOCKED_BY_TRAP_BUDGET})
+_NOT_ERRORS = _CONTENT | _BLOCKED | _REDIRECTS | _LOCAL
 
 
 def _clamp(value: float, rules: Recrawl) -> float:
@@ -51,7 +52,7 @@ def interval(action: CrawlAction, candidate: Candidate, rules: Recrawl, robots: 
     code = action.exit_code
     if code in _BLOCKED:
         return max(robots.expiry, rules.blocked)
-    if code is ExitCode.BLOCKED_URL_BY_LOCAL_POLICY:
+    if code in _LOCAL:
         return rules.max_interval
     if code in _REDIRECTS:
         return rules.redirect

@@ -11,6 +11,7 @@ from email.utils import parsedate_to_datetime
 
 from courtly.config import Politeness
 from courtly.model import Candidate
+from courtly.policy import ShapeBudget
 from courtly.robots import RobotsRules
 from courtly.store import OriginState
 
@@ -29,6 +30,7 @@ class OriginCrawler:
     response_times: deque[float] = field(default_factory=lambda: deque(maxlen=5))
     last_rate_limited: float = 0.0
     pages_this_run: int = 0
+    shapes: ShapeBudget = field(default_factory=lambda: ShapeBudget(0))  # crawl actions by shape
     finished: bool = False
     finish_reason: str = ""
 

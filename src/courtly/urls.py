@@ -86,16 +86,30 @@ def _compiles(regex: str) -> bool:
     return True
 
 
+def _names(patterns: tuple[str, ...], stay_within: str) -> str:
+    """Parameter-name globs as one regex alternation (a glob that is not valid: literally)."""
+    return "|".join(
+        glob_to_regex(p, stay_within) if _compiles(glob_to_regex(p, stay_within)) else re.escape(p)
+        for p in patterns
+    )
+
+
 @functools.lru_cache(maxsize=32)
 def _param_remover(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
     """One case-insensitive regex matching removable parameters (with their '&') in a query."""
     if not patterns:
         return None
-    names = "|".join(
-        glob_to_regex(p, "&=") if _compiles(glob_to_regex(p, "&=")) else re.escape(p)
-        for p in patterns
-    )
+    names = _names(patterns, "&=")
     return re.compile(f"(?:^|&)(?:{names})(?:=[^&]*)?(?=&|$)", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=32)
+def _path_param_remover(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One case-insensitive regex matching ";name=value" path parameters of these names
+    (Java's ";jsessionid=…")."""
+    if not patterns:
+        return None
+    return re.compile(f";(?:{_names(patterns, ';=/')})=[^/;]*", re.IGNORECASE)
 
 
 def _param_name(param: str) -> str:
@@ -174,7 +188,9 @@ def normalize_links(
         except (ValueError, TypeError):
             out.append(None)
             continue
-        if plain and href.startswith(_HTTP) and not ("#" in href or "%" in href or "?" in href):
+        if plain and href.startswith(_HTTP) and not (
+            "#" in href or "%" in href or "?" in href or ";" in href
+        ):
             out.append(href)  # _clean's own early return, without the call (2,800 instructions
             # a link; test_normalize_links_is_normalize_for_each holds the two together)
         else:
@@ -207,14 +223,14 @@ def _clean(href: str, opts: Normalize) -> str | None:
     if "%" in fragment:
         fragment = _ESCAPE_RE.sub(_fix_escape, fragment)
     path_opts = opts.collapse_slashes or opts.drop_index or opts.drop_trailing_slash
-    if not path_opts and "?" not in href:
+    if not path_opts and "?" not in href and ";" not in href:
         return href + fragment  # the common case: nothing more to do
     path_start = href.find("/", 8)  # special URLs always have a path; the authority has no '/'
 
     query_at = href.find("?", path_start)
     if query_at >= 0:
         path, query = href[path_start:query_at], href[query_at + 1 :]
-        remover = _param_remover(tuple(opts.remove_params))
+        remover = _param_remover(tuple(opts.remove_params + opts.session_params))
         if query and (opts.sort_query or remover is not None):
             query = _normalize_query(query, opts.sort_query, remover)
             query_part = "?" + query if query else ""
@@ -222,6 +238,8 @@ def _clean(href: str, opts: Normalize) -> str | None:
             query_part = "?" + query
     else:
         path, query_part = href[path_start:], ""
+    if ";" in path and (path_remover := _path_param_remover(tuple(opts.session_params))):
+        path = path_remover.sub("", path)
     if path_opts:
         new_path = _normalize_path(path, opts)
         if new_path != path:  # a rewritten path can hold dot segments ada resolves: once more
