@@ -35,7 +35,14 @@ class KeepAliveServer:
     heads: list[tuple[int, str]] = field(default_factory=list)  # (connection, head)
     connections: int = 0
     hung_up: list[int] = field(default_factory=list)  # connections the client closed
+    ended: int = 0  # connections whose handler returned (either side closed)
     port: int = 0
+
+    async def until_ended(self, count: int, timeout: float = 5.0) -> None:
+        """Wait until `count` connections have ended (the server has seen each close)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.ended < count and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.001)
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         number = self.connections
@@ -55,6 +62,7 @@ class KeepAliveServer:
                     return
         finally:
             writer.close()
+            self.ended += 1
 
     async def start(self, tls: ssl.SSLContext | None = None) -> asyncio.Server:
         server = await asyncio.start_server(self.serve, "127.0.0.1", 0, ssl=tls)
@@ -77,7 +85,7 @@ def run(script: Script, client: Callable[[Fetcher, str], Awaitable[Any]],
         try:
             async with Fetcher(LIMITS, "courtly-test") as fetcher:
                 result = await client(fetcher, f"{scheme}://127.0.0.1:{server.port}")
-            await asyncio.sleep(0.05)  # the server sees the client's hang-ups
+            await server.until_ended(server.connections)  # the server sees the hang-ups
             return result
         finally:
             listening.close()

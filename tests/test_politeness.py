@@ -86,7 +86,9 @@ def test_retry_after_is_obeyed_and_the_url_crawled_again(serve, db: Path) -> Non
 
 def test_a_rate_limit_pause_outlives_a_restart(serve, db: Path) -> None:
     site = serve({"a": {"/": Page("slow down", 429, {"Retry-After": "30",
-                                                     "Content-Type": "text/plain"})}})
+                                                     "Content-Type": "text/plain"})},
+                  "b": {"/": Page(html("b", ["/1", "/2"])), "/1": Page(html("b1", [])),
+                        "/2": Page(html("b2", []))}})
     started = time.monotonic()
     run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--max-actions", "1")
     assert run.status == 0, run.err
@@ -96,8 +98,12 @@ def test_a_rate_limit_pause_outlives_a_restart(serve, db: Path) -> None:
     [origin] = rows(db, "SELECT backoff_until, backoff_level FROM origins")
     assert origin["backoff_until"] > time.time() + 25 and origin["backoff_level"] == 1
     seen = len(site.hits_for("a"))
-    proc = courtly_process("crawl", "--db", db, "--min-delay", "0")  # resume the same crawl
-    time.sleep(3.0)
+    # resume the same crawl, with a second origin: once b is crawled, a had its chance too
+    proc = courtly_process("crawl", site.url("b"), "--db", db, "--min-delay", "0")
+    deadline = time.monotonic() + 20
+    while len(site.hits_for("b")) < 4 and time.monotonic() < deadline:  # robots.txt + 3 pages
+        time.sleep(0.01)
+    assert len(site.hits_for("b")) == 4
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
