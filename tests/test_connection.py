@@ -19,6 +19,7 @@ from courtly import fetch
 from courtly.config import Limits
 from courtly.fetch import Fetcher, FetchError
 from courtly.model import ExitCode
+from courtly.site import LocalSite, Page
 
 LIMITS = Limits(connect_timeout=2, first_byte_timeout=2, read_timeout=2, total_timeout=4,
                 allow_private_addresses=True)
@@ -164,11 +165,9 @@ def test_the_request_head_carries_host_agent_and_safe_validators() -> None:
     assert "secret" not in head  # credentials in a URL are never sent
 
 
-def test_idle_connections_are_closed_after_the_keep_alive_time(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fetch, "KEEP_ALIVE", 0.2)
-
+def test_idle_connections_are_closed_after_the_keep_alive_time() -> None:
     async def client(f: Fetcher, base: str) -> list[int]:
+        f.pool.keep_alive = 0.2
         first = await f.get(f"{base}/a")
         await asyncio.sleep(0.3)
         second = await f.get(f"{base}/b")
@@ -283,3 +282,122 @@ def test_a_slow_connect_ends_at_the_earlier_of_connect_and_first_byte_timeouts(
     assert error.exit_code is ExitCode.TIMEOUT
     assert error.detail.startswith(detail), error.detail
     assert took < 2.0
+
+
+def test_a_request_the_server_closed_before_answering_is_sent_again_on_a_new_connection() -> None:
+    """The server closes its idle connection just as the next request arrives (the race of every
+    idle timeout): the request goes again at once, on a new connection, and succeeds."""
+    def script(conn: int, request: int, head: str) -> tuple[bytes, bool]:
+        if conn == 0 and request == 1:
+            return b"", True  # closed without a byte of an answer
+        return ok(head.split()[1].encode()), False
+
+    async def client(f: Fetcher, base: str) -> list[bytes]:
+        return [(await f.get(f"{base}/a")).body, (await f.get(f"{base}/b")).body]
+
+    bodies, server = run(script, client)
+    assert bodies == [b"/a", b"/b"]
+    assert [(c, h.split()[1]) for c, h in server.heads] == [(0, "/a"), (0, "/b"), (1, "/b")]
+
+
+def test_a_request_on_a_new_connection_closed_unanswered_is_not_sent_twice() -> None:
+    async def client(f: Fetcher, base: str) -> FetchError:
+        with pytest.raises(FetchError) as info:
+            await f.get(f"{base}/a")
+        return info.value
+
+    error, server = run(lambda c, r, h: (b"", True), client)
+    assert error.exit_code is ExitCode.PROTOCOL_ERROR and "before responding" in error.detail
+    assert len(server.heads) == 1
+
+
+def test_a_connection_a_real_server_closed_silently_while_idle_costs_nothing() -> None:
+    """aiohttp's server closes connections idle for 0.2 s without a word; the client's loop is
+    busy meanwhile (a page analysed inline), so the connection still looks open when reused."""
+    pages = {"o": {"/a": Page("a", headers={}), "/b": Page("b", headers={})}}
+    with LocalSite(pages, keepalive_timeout=0.2) as site:
+        async def main() -> list[bytes]:
+            async with Fetcher(LIMITS, "courtly-test") as f:
+                first = await f.get(site.url("o", "/a"))
+                (conn,) = next(iter(f.pool._idle.values()))
+                wait_until_closed_by_peer(conn.transport.get_extra_info("socket"))
+                assert not conn.closed  # the loop has not seen the end of the connection
+                return [first.body, (await f.get(site.url("o", "/b"))).body]
+
+        assert asyncio.run(main()) == [b"a", b"b"]
+        assert [h.path for h in site.hits] == ["/a", "/b"]
+
+
+def wait_until_closed_by_peer(sock: Any) -> None:
+    """Block (the event loop too) until the peer's end of the connection has arrived."""
+    deadline = time.monotonic() + 5
+    with socket.fromfd(sock.fileno(), socket.AF_INET, socket.SOCK_STREAM) as peek:
+        while time.monotonic() < deadline:
+            try:
+                if peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                    return
+            except BlockingIOError:
+                pass
+            time.sleep(0.01)
+    raise AssertionError("the server did not close the idle connection")
+
+
+def test_an_idle_connection_is_not_used_past_the_servers_keep_alive_timeout() -> None:
+    async def client(f: Fetcher, base: str) -> list[int]:
+        first = await f.get(f"{base}/a")
+        await asyncio.sleep(0.4)  # past the 1.25 s the server keeps it, less our second
+        return [first.status, (await f.get(f"{base}/b")).status]
+
+    statuses, server = run(lambda c, r, h: (ok(extra="Keep-Alive: timeout=1.25\r\n"), False),
+                           client)
+    assert statuses == [200, 200]
+    assert server.connections == 2 and 0 in server.hung_up  # we closed the first one
+
+
+def test_the_least_recently_used_idle_connection_is_closed_when_the_pool_is_full() -> None:
+    servers = [KeepAliveServer(lambda c, r, h: (ok(), False)) for _ in range(3)]
+    limits = LIMITS.model_copy(update={"max_connections": 2})
+
+    async def main() -> None:
+        listening = [await s.start() for s in servers]
+        a, b, c = (f"http://127.0.0.1:{s.port}/" for s in servers)
+        try:
+            async with Fetcher(limits, "courtly-test") as f:
+                for url in (a, b, c, b, a):  # c closes a's; b is reused; a closes c's
+                    assert (await f.get(url)).status == 200
+                    assert f.pool.open <= 2
+            await asyncio.sleep(0.05)  # the servers see the client's hang-ups
+        finally:
+            for server in listening:
+                server.close()
+
+    asyncio.run(main())
+    assert [s.connections for s in servers] == [2, 1, 1]
+    assert servers[0].hung_up[:1] == [0] and servers[2].hung_up == [0]
+
+
+def test_requests_beyond_the_pool_bound_wait_for_a_connection_and_all_succeed() -> None:
+    limits = LIMITS.model_copy(update={"max_connections": 2})
+    fetcher: list[Fetcher] = []
+    open_when_asked: list[int] = []
+
+    def script(conn: int, request: int, head: str) -> tuple[bytes, bool]:
+        open_when_asked.append(fetcher[0].pool.open)
+        return ok(), False
+
+    servers = [KeepAliveServer(script) for _ in range(6)]
+
+    async def main() -> list[int]:
+        listening = [await s.start() for s in servers]
+        try:
+            async with Fetcher(limits, "courtly-test") as f:
+                fetcher.append(f)
+                responses = await asyncio.gather(
+                    *(f.get(f"http://127.0.0.1:{s.port}/{i}") for s in servers for i in range(3)))
+                return [r.status for r in responses]
+        finally:
+            for server in listening:
+                server.close()
+
+    assert asyncio.run(main()) == [200] * 18
+    assert len(open_when_asked) == 18 and max(open_when_asked) <= 2

@@ -240,12 +240,16 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
             stats = run_worker(cast("PostgresStore", store), config, strategy, again,
                                progress.update, continuous)
         progress.summary(stats)
-        return 1 if stats.stop_reason.startswith(("database error", "internal error")) else 0
+        return 1 if stats.stop_reason.startswith(_FAILED) else 0
     crawler = Crawler(config, store, strategy, on_progress=progress.update)
     with progress:
         stats = asyncio.run(crawler.run())
     progress.summary(stats)
-    return 1 if stats.stop_reason.startswith(("database error", "internal error")) else 0
+    return 1 if stats.stop_reason.startswith(_FAILED) else 0
+
+
+#: stop reasons that make the crawl's exit status 1
+_FAILED = ("database error", "internal error", "local error")
 
 
 def _install_uvloop() -> None:

@@ -57,6 +57,12 @@ class Limits(_Section):
     max_parse_size: int = Field(4 * 1024 * 1024, gt=0)  # HTML bytes parsed per page
     max_redirect_chain: int = Field(10, ge=1)
     allow_private_addresses: bool = False
+    #: open connections at most; 0: what RLIMIT_NOFILE leaves to them (pool.connection_limit)
+    max_connections: int = Field(0, ge=0)
+    keep_alive: float = Field(4.0, ge=0)  # seconds an idle connection is kept (servers: 5-75)
+    #: how long a request waits for courtly's own machine (descriptors, memory) before the
+    #: crawl stops
+    local_error_wait: float = Field(60.0, gt=0)
 
 
 class Normalize(_Section):

@@ -14,6 +14,8 @@ end its response cleanly.
 from __future__ import annotations
 
 import asyncio
+import errno
+import re
 import zlib
 from typing import TYPE_CHECKING, Any
 
@@ -24,18 +26,54 @@ from courtly.model import ExitCode
 
 if TYPE_CHECKING:
     from courtly.config import Limits
+    from courtly.pool import Slot
 
 #: what a response turns into: status, headers (lower-case names, repeats joined), body
 Answer = tuple[int, dict[str, str], bytes]
 
 
 class FetchError(Exception):
-    """A fetch that ended without a usable response, with the exit code to log."""
+    """A fetch that ended without a usable response, with the exit code to log.
 
-    def __init__(self, exit_code: ExitCode, detail: str) -> None:
+    stale: a kept-alive connection was closed by the server before any byte of the response
+    (the request may be sent again at once on a new connection).
+    """
+
+    def __init__(self, exit_code: ExitCode, detail: str, stale: bool = False) -> None:
         super().__init__(detail)
         self.exit_code = exit_code
         self.detail = detail
+        self.stale = stale
+
+
+class LocalError(Exception):
+    """A fetch that failed for want of courtly's own resources (file descriptors, buffers,
+    memory, disk): never the site's fault. Not a FetchError, so no crawl action can log it."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+#: errno values that mean courtly's own machine is out of something, not that the site failed
+LOCAL_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("EMFILE", "ENFILE", "ENOBUFS", "ENOMEM", "ENOSPC", "EDQUOT")
+    if hasattr(errno, name)
+)
+
+
+def is_local(exc: BaseException | None) -> bool:
+    """True for an OSError of courtly's own machine (out of descriptors, buffers, memory, disk)."""
+    return isinstance(exc, OSError) and exc.errno in LOCAL_ERRNOS
+
+
+_KEEP_ALIVE_TIMEOUT = re.compile(r"timeout\s*=\s*(\d+(?:\.\d+)?)", re.I)
+
+
+def keep_alive_timeout(header: str) -> float | None:
+    """The `timeout=` of a Keep-Alive header (seconds the server keeps an idle connection)."""
+    match = _KEEP_ALIVE_TIMEOUT.search(header)
+    return float(match.group(1)) if match else None
 
 
 def deadline_error(first_byte: float, total: float, head_done: bool) -> FetchError:
@@ -118,8 +156,9 @@ class Connection(asyncio.Protocol):
 
     transport: asyncio.Transport
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits, slot: Slot) -> None:
         self._loop = loop
+        self.slot = slot  # the pool's permit for this socket, given back when it closes
         self._max_count = limits.max_header_count
         self._max_line = limits.max_header_size
         self._max_head = self._max_count * self._max_line  # memory bound on a head in parts
@@ -130,6 +169,9 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.idle_since = 0.0
+        self.idle_until = 0.0  # when an idle connection is closed (see pool.py)
+        self.requests = 0  # requests sent on this connection
+        self.server_keep_alive: float | None = None  # the last response's Keep-Alive timeout
         self._waiter: asyncio.Future[Answer] | None = None
         self._reset(0, False)
 
@@ -155,6 +197,7 @@ class Connection(asyncio.Protocol):
         One timer watches all three: asyncio.timeout changed its timer three times a request.
         """
         self._reset(limit, truncate)
+        self.requests += 1
         self._started = started
         waiter = self._waiter = self._loop.create_future()
         self._last_data = self._loop.time()
@@ -179,7 +222,7 @@ class Connection(asyncio.Protocol):
         else:
             self._timer = self._loop.call_at(self._due(), self._on_timer)
 
-    def _fail(self, error: FetchError) -> None:
+    def _fail(self, error: FetchError | LocalError) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
@@ -199,6 +242,7 @@ class Connection(asyncio.Protocol):
     # -- asyncio's callbacks -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.slot.owned = True  # from now on connection_lost gives it back
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None:  # bytes nobody asked for: the connection is not HTTP any more
@@ -222,10 +266,14 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.slot.release()
         if self._waiter is None:
             return
         if self.head_done and not self._delimited and exc is None:
             self._complete()  # the body ran to the end of the connection (HTTP/1.0 style)
+            return
+        if is_local(exc):  # e.g. ENOBUFS while sending: our machine's fault, not the server's
+            self._fail(LocalError(f"{exc}"))
             return
         if self.received == 0:
             detail = "server disconnected before responding"
@@ -234,7 +282,9 @@ class Connection(asyncio.Protocol):
         else:
             detail = (f"response body not completed: connection closed after {self._body} "
                       "bytes")
-        self._fail(FetchError(ExitCode.PROTOCOL_ERROR, detail + (f" ({exc})" if exc else "")))
+        stale = self.received == 0 and self.requests > 1  # a kept-alive one closed meanwhile
+        self._fail(FetchError(ExitCode.PROTOCOL_ERROR, detail + (f" ({exc})" if exc else ""),
+                              stale=stale))
 
     # -- httptools' callbacks (a FetchError raised here ends the request) -------------------
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -263,6 +313,8 @@ class Connection(asyncio.Protocol):
         if declared is not None and int(declared) > self._limit and not self._truncate:
             raise FetchError(ExitCode.TOO_LARGE,
                              f"Content-Length {declared} over {self._limit} bytes")
+        keep_alive = headers.get("keep-alive")
+        self.server_keep_alive = None if keep_alive is None else keep_alive_timeout(keep_alive)
         encoding = headers.get("content-encoding", "").strip().lower()
         if encoding not in ("", "identity"):
             self._decoder = Decoder(encoding, self._max_decoded)

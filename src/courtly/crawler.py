@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from courtly import clock, dedup, sitemaps
 from courtly.config import CrawlConfig
-from courtly.fetch import Fetcher, FetchError, Response, one_line
+from courtly.fetch import Fetcher, FetchError, LocalError, Response, one_line
 from courtly.model import (
     COMPLETED,
     COSTS_PATIENCE,
@@ -237,6 +237,9 @@ class Crawler:
             log.info("database error: %s", exc)  # the stop reason: the summary's one line
             crawler.patience = 0  # a database error finishes the origin at once
             self.stop(f"database error: {exc}")
+            at = None
+        except LocalError as exc:  # our machine, not the site: its URL stays for the next run
+            self.stop(f"local error: {exc.detail}")
             at = None
         except Exception as exc:  # a bug outside a page's handling: stop cleanly, say where
             crawler.patience = 0

@@ -1,5 +1,6 @@
-"""The HTTP client: kept-alive connections per endpoint, no redirect following, bounded time
-and size, and an address guard on what it connects to."""
+"""The HTTP client: a bounded pool of kept-alive connections, no redirect following, bounded
+time and size, an address guard on what it connects to, and errors of courtly's own machine
+(out of file descriptors, buffers, memory) waited out instead of blamed on the site."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import functools
 import ipaddress
 import itertools
+import logging
 import socket
 import ssl
 import time
@@ -15,16 +17,19 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from courtly.config import Limits
-from courtly.connection import Connection, FetchError, deadline_error
+from courtly.connection import Connection, FetchError, LocalError, deadline_error, is_local
 from courtly.model import ExitCode
+from courtly.pool import Pool, Slot, connection_limit
 
-__all__ = ["Addresses", "FetchError", "Fetcher", "GuardedResolver", "Resolver", "Response",
-           "SystemResolver", "address_allowed", "one_line"]
+__all__ = ["Addresses", "FetchError", "Fetcher", "GuardedResolver", "LocalError", "Resolver",
+           "Response", "SystemResolver", "address_allowed", "one_line"]
 
-#: an idle connection is closed after this many seconds (servers close theirs after 5-75)
-KEEP_ALIVE = 15.0
+log = logging.getLogger(__name__)
+
 #: idle connections kept per endpoint
 _IDLE_PER_ENDPOINT = 2
+#: the longest pause between two tries while courtly's own machine is out of resources
+_LOCAL_PAUSE_MAX = 1.0
 _DNS_TTL = 300.0
 #: seconds before the next address is tried while a connection attempt is still pending
 NEXT_ATTEMPT = 0.25
@@ -172,10 +177,13 @@ def _literal(host: str) -> bool:
 class Fetcher:
     """Fetches single URLs with limits; redirects are returned, never followed.
 
-    Connections are kept alive per endpoint (at most two idle ones, closed after KEEP_ALIVE
-    seconds idle) and never carry a second request before the first is answered. A request is
-    sent once: a kept connection the server closed at that moment is a PROTOCOL_ERROR, retried
-    as a crawl action, never resent silently.
+    At most `limits.max_connections` sockets are open (pool.py); connections are kept alive per
+    endpoint (at most two idle ones, for `limits.keep_alive` seconds or less if the server says
+    so) and never carry a second request before the first is answered. A request that a
+    kept-alive connection's server closed before any byte of the answer is sent again at once on
+    a new connection. An error of courtly's own machine (out of file descriptors, buffers,
+    memory) pauses the request and tries again, for up to `limits.local_error_wait` seconds,
+    then raises LocalError.
     """
 
     def __init__(
@@ -192,23 +200,22 @@ class Fetcher:
         self._resolver: Resolver = (
             SystemResolver() if limits.allow_private_addresses
             else GuardedResolver(self._allowed))
-        self._idle: dict[_Endpoint, list[Connection]] = {}
         self._dns: dict[str, tuple[float, Addresses]] = {}
+        self._dns_sweep_at = 0.0
         self._tls: ssl.SSLContext | None = None
-        self._sweep_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._short_of_resources = False  # a local error since the last connection opened
 
     async def __aenter__(self) -> Fetcher:
         # kept: Python 3.11's get_running_loop() makes a getpid system call (several a request)
         self._loop = asyncio.get_running_loop()
-        self._protocol = functools.partial(Connection, self._loop, self.limits)
+        limits = self.limits
+        self.pool: Pool[_Endpoint] = Pool(self._loop, connection_limit(limits.max_connections),
+                                          limits.keep_alive, _IDLE_PER_ENDPOINT)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for idle in self._idle.values():
-            for conn in idle:
-                conn.close()
-        self._idle.clear()
+        self.pool.close()
 
     def _check_literal_address(self, host: str) -> None:
         host = host.strip("[]").lower()
@@ -224,22 +231,43 @@ class Fetcher:
         max_body: int | None = None,
         truncate: bool = False,
     ) -> Response:
-        """GET one URL; raise FetchError for timeouts, size limits and transport failures.
+        """GET one URL; raise FetchError for timeouts, size limits and transport failures,
+        LocalError when courtly's own machine could not make the request for
+        `limits.local_error_wait` seconds.
 
         With truncate, a body over max_body is cut there instead of refused (robots.txt).
         """
         assert self._loop is not None, "use 'async with Fetcher'"
-        lim = self.limits
-        started = time.monotonic()
-        loop_started = self._loop.time()  # the timeouts run from here, connecting included
-        conn = None
         endpoint, target = _split(url)
         self._check_literal_address(endpoint.host)
         request = self._request(endpoint, target, headers)
+        limit = max_body or self.limits.max_body_size
+        fresh = False  # True: not on a kept-alive connection
+        short_since: float | None = None  # when this request first met a local error
+        while True:
+            try:
+                return await self._send(url, endpoint, request, limit, truncate, fresh)
+            except FetchError as exc:
+                if not exc.stale:
+                    raise
+                fresh = True  # the server closed it while idle: once more on a new connection
+            except LocalError as exc:
+                short_since = await self._pause(exc, short_since)
+
+    async def _send(self, url: str, endpoint: _Endpoint, request: bytes, limit: int,
+                    truncate: bool, fresh: bool) -> Response:
+        """One try: on a kept-alive connection, or a new one once the pool has room for it."""
+        loop = self._loop
+        assert loop is not None
+        conn = None if fresh else self.pool.take(endpoint)
         try:
-            conn = await self._connection(endpoint, loop_started)
-            status, hdrs, body = await conn.request(
-                request, max_body or lim.max_body_size, truncate, loop_started)
+            if conn is None:
+                slot = await self.pool.slot()  # a wait for our own bound is not the site's time
+                started, loop_started = time.monotonic(), loop.time()
+                conn = await self._connection(endpoint, slot, loop_started)
+            else:
+                started, loop_started = time.monotonic(), loop.time()
+            status, hdrs, body = await conn.request(request, limit, truncate, loop_started)
         except FetchError as exc:
             if exc.exit_code is ExitCode.TIMEOUT:
                 raise FetchError(exc.exit_code, f"{exc.detail} {_took(started)}") from None
@@ -248,6 +276,26 @@ class Fetcher:
             if conn is not None:
                 self._release(endpoint, conn)
         return Response(url, status, hdrs, body, time.monotonic() - started)
+
+    async def _pause(self, exc: LocalError, since: float | None) -> float:
+        """Wait a moment for courtly's own machine to recover (idle connections closed, the
+        pool's bound lowered to what the process could open); raise LocalError after
+        `limits.local_error_wait` seconds. Returns when this request first met the error."""
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        since = now if since is None else since
+        self.pool.shrink()
+        wait = self.limits.local_error_wait
+        if now - since >= wait:
+            raise LocalError(f"{exc.detail} for {wait:g}s") from None
+        if not self._short_of_resources:
+            self._short_of_resources = True
+            log.warning("courtly's own machine is short of resources (%s): at most %d "
+                        "connections from now on, waiting", exc.detail, self.pool.limit)
+        pause = min(_LOCAL_PAUSE_MAX, 0.05 + (now - since) / 2, since + wait - now)
+        await asyncio.sleep(pause)
+        return since
 
     def _request(self, endpoint: _Endpoint, target: str, headers: dict[str, str] | None
                  ) -> bytes:
@@ -259,42 +307,52 @@ class Fetcher:
         return (head + "\r\n").encode("utf-8", "replace")
 
     # -- connections ---------------------------------------------------------------------------
-    async def _connection(self, endpoint: _Endpoint, started: float) -> Connection:
-        """A kept-alive connection to the endpoint, or a new one (connected before the connect
-        timeout, and before the first-byte deadline of the fetch that began at `started`)."""
-        idle = self._idle.get(endpoint)
+    async def _connection(self, endpoint: _Endpoint, slot: Slot, started: float) -> Connection:
+        """A new connection to the endpoint (connected before the connect timeout, and before
+        the first-byte deadline of the fetch that began at `started`), its socket on `slot`."""
         now = self._loop.time()  # type: ignore[union-attr]
-        while idle:
-            conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < KEEP_ALIVE:
-                return conn
-            conn.close()
         lim = self.limits
         first_byte = min(lim.first_byte_timeout, lim.total_timeout)
         connect_first = now + lim.connect_timeout <= started + first_byte
         try:
             async with asyncio.timeout_at(min(now + lim.connect_timeout, started + first_byte)):
-                return await self._open(endpoint)
+                conn = await self._open(endpoint, slot)
+            self._short_of_resources = False
+            return conn
         except TimeoutError:
             if connect_first:
                 raise FetchError(ExitCode.TIMEOUT, f"connect timeout ({lim.connect_timeout}s)"
                                  ) from None
             raise deadline_error(first_byte, lim.total_timeout, False) from None
 
-    async def _open(self, endpoint: _Endpoint) -> Connection:
+    async def _open(self, endpoint: _Endpoint, first_slot: Slot) -> Connection:
+        """Resolve and connect (happy eyeballs); every socket tried holds a slot of the pool."""
         host = endpoint.host
-        if _literal(host):
-            addresses = [(host, 0)]
-        else:
-            addresses = await self._resolve(host, endpoint.port)
+        try:
+            if _literal(host):
+                addresses = [(host, 0)]
+            else:
+                addresses = await self._resolve(host, endpoint.port)
+        except BaseException:
+            first_slot.release()
+            raise
         tls = None
         if endpoint.scheme == "https":
             tls = self._tls = self._tls or ssl.create_default_context()
+        loop, limits, slots = self._loop, self.limits, [first_slot]
 
         async def connect(address: str, family: int) -> Connection:
-            _, conn = await self._loop.create_connection(  # type: ignore[union-attr]
-                self._protocol, address, endpoint.port, family=family, ssl=tls,
-                server_hostname=host if tls else None)
+            slot = slots.pop() if slots else await self.pool.slot()
+            try:
+                _, conn = await loop.create_connection(  # type: ignore[union-attr]
+                    lambda: Connection(loop, limits, slot), address,  # type: ignore[arg-type]
+                    endpoint.port, family=family, ssl=tls, server_hostname=host if tls else None)
+            except BaseException as exc:
+                if not slot.owned:  # else the connection gives it back when it closes
+                    slot.release()
+                if is_local(exc):
+                    raise LocalError(f"connect: {one_line(exc)}") from None
+                raise
             return conn
 
         attempts = [functools.partial(connect, a, f) for a, f in interleaved(addresses)]
@@ -304,6 +362,9 @@ class Fetcher:
             raise FetchError(ExitCode.PROTOCOL_ERROR, f"TLS: {one_line(exc)}") from None
         except OSError as exc:
             raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {one_line(exc)}") from None
+        finally:
+            for slot in slots:  # no attempt was started (no address)
+                slot.release()
 
     async def _resolve(self, host: str, port: int) -> Addresses:
         """The addresses to connect to (the resolver's answers, kept for _DNS_TTL seconds)."""
@@ -316,37 +377,21 @@ class Fetcher:
         except _BlockedAddress as exc:
             raise FetchError(ExitCode.BLOCKED_ADDRESS, str(exc)) from None
         except OSError as exc:
+            if is_local(exc):
+                raise LocalError(f"resolve: {one_line(exc)}") from None
             raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {one_line(exc)}") from None
+        if now >= self._dns_sweep_at:  # forget expired answers
+            self._dns_sweep_at = now + _DNS_TTL
+            self._dns = {h: v for h, v in self._dns.items() if v[0] > now}
         self._dns[host] = (now + _DNS_TTL, addresses)
         return addresses
 
     def _release(self, endpoint: _Endpoint, conn: Connection) -> None:
         """Keep a connection whose response ended cleanly; close any other."""
-        now = self._loop.time()  # type: ignore[union-attr]
-        idle = self._idle.setdefault(endpoint, [])
-        if conn.reusable and not conn.closed and len(idle) < _IDLE_PER_ENDPOINT:
-            conn.idle_since = now
-            idle.append(conn)
+        if conn.reusable and not conn.closed:
+            self.pool.put(endpoint, conn)
         else:
             conn.close()
-        if now >= self._sweep_at:
-            self._sweep(now)
-
-    def _sweep(self, now: float) -> None:
-        """Close connections idle too long; forget expired DNS answers."""
-        self._sweep_at = now + KEEP_ALIVE
-        for endpoint, idle in list(self._idle.items()):
-            kept = []
-            for conn in idle:
-                if conn.closed or now - conn.idle_since >= KEEP_ALIVE:
-                    conn.close()
-                else:
-                    kept.append(conn)
-            if kept:
-                self._idle[endpoint] = kept
-            else:
-                del self._idle[endpoint]
-        self._dns = {h: v for h, v in self._dns.items() if v[0] > now}
 
 
 def _took(started: float) -> str:
@@ -385,7 +430,7 @@ async def first_connection(attempts: Iterable[Callable[[], Awaitable[Connection]
                     running |= done - {task}  # closed below if they connected too
                     return task.result()
                 error = task.exception() or error
-                if isinstance(error, ssl.SSLError):
+                if isinstance(error, ssl.SSLError | LocalError):  # no other address helps
                     raise error
     finally:
         for task in running:

@@ -78,10 +78,12 @@ class LocalSite(BackgroundServer):
     """Serves {origin name: {path: Page | Handler}} on 127.0.0.1, one port per origin."""
 
     def __init__(
-        self, sites: Mapping[str, Mapping[str, Page | Handler]], first_port: int = 0
+        self, sites: Mapping[str, Mapping[str, Page | Handler]], first_port: int = 0,
+        keepalive_timeout: float = 75.0,
     ) -> None:
         self.sites = sites
         self.first_port = first_port
+        self.keepalive_timeout = keepalive_timeout  # idle connections closed, without a word
         self.origins: dict[str, str] = {}  # name -> "http://127.0.0.1:PORT"
         self.hits: list[Hit] = []
         self._counts: dict[tuple[str, str], int] = {}
@@ -97,7 +99,8 @@ class LocalSite(BackgroundServer):
         for i, (name, pages) in enumerate(self.sites.items()):
             app = web.Application()
             app.router.add_route("*", "/{tail:.*}", self._handler(name, pages))
-            runner = web.AppRunner(app, access_log=None)
+            runner = web.AppRunner(app, access_log=None,
+                                   keepalive_timeout=self.keepalive_timeout)
             await runner.setup()
             port = self.first_port + i if self.first_port else 0
             site = web.TCPSite(runner, "127.0.0.1", port)
