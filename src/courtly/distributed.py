@@ -12,6 +12,7 @@ read only when a crawl database gets its partitions, then fixed).
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import math
@@ -25,13 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
+from courtly.crawler import Crawler
 from courtly.scheduler import OriginCrawler
 from courtly.store.postgres import PostgresStore
 from courtly.urls import host_of, registered_domain
 
 if TYPE_CHECKING:
     from courtly.config import CrawlConfig
-    from courtly.crawler import CrawlStats
+    from courtly.stats import CrawlStats
     from courtly.strategy import CrawlingStrategy
 
 log = logging.getLogger("courtly")
@@ -184,6 +186,26 @@ class Worker:
             return Plan(work, scope=changed)
         return Plan(done=store.fleet_done(self.id, self.run, due), scope=changed)
 
+    async def follow(self, crawl: Crawler) -> None:
+        """Hand the crawl the origins our leases give it, until the fleet is done."""
+        while not crawl.turns.stopping:
+            finished = crawl.turns.forget_finished()
+            plan = self.poll(crawl.crawlers, finished, crawl.stats.actions, crawl.due_time())
+            if plan.scope is not None:  # seeds were added
+                crawl.rescope(plan.scope)
+            for origin in plan.origins:
+                crawl.take_over(origin)
+            if plan.done:
+                crawl.fleet_finished()
+                return
+            # poll again after the interval, or as soon as the last origin crawler finishes
+            busy = bool(crawl.crawlers)
+            end = time.monotonic() + (self.interval if busy else min(self.interval, 1.0))
+            while time.monotonic() < end and not crawl.turns.stopping:
+                if busy and all(c.finished for c in crawl.crawlers.values()):
+                    break
+                await asyncio.sleep(0.02)
+
     # -- inside a poll ---------------------------------------------------------------------
     def _assign_partitions(self) -> None:
         missing = self.store.origins_without_partition()
@@ -255,14 +277,10 @@ def run_worker(
     lost inside a transaction stops the crawl pass, which rolled back: the worker gives its
     leases back and joins again, up to RESTARTS times, then stops with the store's message.
     """
-    import asyncio
-
-    from courtly.crawler import Crawler
-
     restarts = 0
     while True:
         worker = Worker(store, continuous)
-        crawler = Crawler(config, store, strategy, on_progress=on_progress, assignment=worker)
+        crawler = Crawler(config, store, strategy, on_progress=on_progress, fleet=worker)
         try:
             stats = asyncio.run(crawler.run())
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from courtly.config import CrawlConfig
 from courtly.model import ExitCode
+from courtly.outcome import refusal
 from courtly.policy import Policy, url_shape
 from courtly.robots import rules_for_status
 from courtly.store import Store
@@ -29,8 +30,8 @@ def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tupl
     depth = int(record["depth"]) if record else 0
     verdict = policy.check(normalized, depth)
     lines.append(("policy", f"{'allowed' if verdict.allowed else 'refused'}: {verdict.rule}"))
-    robots_line, robots_ok = "not fetched yet (checked right before the fetch)", True
-    robots_verdict = "not crawled: BLOCKED_BY_ROBOTS_TXT"  # when robots_ok is False
+    robots_line = "not fetched yet (checked right before the fetch)"
+    rules, unreachable = None, False
     if not config.robots.obey:
         robots_line = "ignored (obey_robots = false)"
     elif store is not None:
@@ -40,12 +41,12 @@ def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tupl
                 state.robots_status, state.robots_body or b"", config.user_agent,
                 config.robots.max_size,
             )
-            robots_ok, rule = rules.explain(normalized)
-            robots_line = f"{'allowed' if robots_ok else 'disallowed'}: {rule}"
+            allowed, rule = rules.explain(normalized)
+            robots_line = f"{'allowed' if allowed else 'disallowed'}: {rule}"
             if state.robots_error:
                 robots_line += f" (stored copy; the last fetch failed: {state.robots_error})"
         elif state.robots_error:
-            robots_ok, robots_verdict = False, "not crawled yet: robots.txt unreachable"
+            unreachable = True
             robots_line = (f"unreachable at the last try ({state.robots_error}): the origin's "
                            "URLs wait until it answers")
     lines.append(("robots.txt", robots_line))
@@ -57,12 +58,13 @@ def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tupl
         "the shallowest (traps.max_actions_per_shape)"
         + (", spent when this URL's turn came" * spent)
     ) if budget else "off (traps.max_actions_per_shape = 0)"))
+    refused = refusal(normalized, depth, policy, rules)  # as the crawl decides it
     if not in_scope:
         final = "not crawled: out of scope"
-    elif not verdict.allowed:
-        final = "not crawled: BLOCKED_URL_BY_LOCAL_POLICY"
-    elif not robots_ok:
-        final = robots_verdict
+    elif refused is not None:
+        final = f"not crawled: {refused.exit_code}"
+    elif unreachable:
+        final = "not crawled yet: robots.txt unreachable"
     elif spent:
         final = f"not crawled in its last run: {ExitCode.BLOCKED_BY_TRAP_BUDGET}"
     else:

@@ -18,11 +18,12 @@ from typing import Protocol
 
 from courtly.config import Limits
 from courtly.connection import Connection, FetchError, LocalError, deadline_error, is_local
+from courtly.errors import one_line
 from courtly.model import ExitCode
 from courtly.pool import Pool, Slot, connection_limit
 
-__all__ = ["Addresses", "FetchError", "Fetcher", "GuardedResolver", "LocalError", "Resolver",
-           "Response", "SystemResolver", "address_allowed", "one_line"]
+__all__ = ["Addresses", "FetchError", "Fetcher", "GuardedResolver", "HttpResponse", "LocalError",
+           "Resolver", "SystemResolver", "address_allowed"]
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(slots=True)
-class Response:
+class HttpResponse:
     """A received HTTP response with its (decoded) body."""
 
     url: str
@@ -230,7 +231,7 @@ class Fetcher:
         headers: dict[str, str] | None = None,
         max_body: int | None = None,
         truncate: bool = False,
-    ) -> Response:
+    ) -> HttpResponse:
         """GET one URL; raise FetchError for timeouts, size limits and transport failures,
         LocalError when courtly's own machine could not make the request for
         `limits.local_error_wait` seconds.
@@ -255,7 +256,7 @@ class Fetcher:
                 short_since = await self._pause(exc, short_since)
 
     async def _send(self, url: str, endpoint: _Endpoint, request: bytes, limit: int,
-                    truncate: bool, fresh: bool) -> Response:
+                    truncate: bool, fresh: bool) -> HttpResponse:
         """One try: on a kept-alive connection, or a new one once the pool has room for it."""
         loop = self._loop
         assert loop is not None
@@ -275,7 +276,7 @@ class Fetcher:
         finally:
             if conn is not None:
                 self._release(endpoint, conn)
-        return Response(url, status, hdrs, body, time.monotonic() - started)
+        return HttpResponse(url, status, hdrs, body, time.monotonic() - started)
 
     async def _pause(self, exc: LocalError, since: float | None) -> float:
         """Wait a moment for courtly's own machine to recover (idle connections closed, the
@@ -439,9 +440,3 @@ async def first_connection(attempts: Iterable[Callable[[], Awaitable[Connection]
             else:
                 task.cancel()
 
-
-def one_line(exc: BaseException | str) -> str:
-    """An exception or a message as one line of valid text (at most 300 characters)."""
-    text = exc if isinstance(exc, str) else str(exc) or type(exc).__name__
-    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return " ".join(text.split())[:300]

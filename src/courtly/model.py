@@ -63,6 +63,14 @@ COSTS_PATIENCE = frozenset(
 )
 
 
+
+def link_state(code: ExitCode, retry: bool) -> LinkState:
+    """The link state a crawl action leaves its candidate in."""
+    if retry:
+        return LinkState.QUEUED
+    return LinkState.CRAWLED if code in COMPLETED else LinkState.ERROR
+
+
 @dataclass(slots=True)
 class Candidate:
     """A crawl candidate taken into an origin's todo list."""

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from courtly.crawler import CrawlStats
+    from courtly.stats import CrawlStats
 
 LOG_EVERY = 5.0
 _ERRORS = ("HTTP_", "NETWORK", "TIMEOUT", "PROTOCOL", "TOO_LARGE", "TOO_MANY_REDIRECTS", "RATE",

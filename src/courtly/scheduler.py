@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import heapq
 import itertools
+import logging
 import random
+import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
@@ -13,7 +18,10 @@ from courtly.config import Politeness
 from courtly.model import Candidate
 from courtly.policy import ShapeBudget
 from courtly.robots import RobotsRules
+from courtly.stats import CrawlStats
 from courtly.store import OriginState
+
+log = logging.getLogger("courtly")
 
 
 @dataclass
@@ -58,6 +66,127 @@ class PenaltyBox:
         return len(self._heap)
 
 
+#: one turn of an origin: when it may go again, or None when it is finished
+Turn = Callable[[OriginCrawler], Awaitable[float | None]]
+
+
+class Turns:
+    """The origin crawlers of a crawl taking turns: the penalty box releases each as its time
+    comes, at most `concurrency` at once; an origin is out of the box while its turn runs, so it
+    never has two. An origin whose turn says None is finished (reopened if work comes)."""
+
+    def __init__(
+        self, concurrency: int, turn: Turn, failed: Callable[[OriginCrawler, Exception], None],
+        stats: CrawlStats,
+    ) -> None:
+        self.box = PenaltyBox()
+        self.crawlers: dict[str, OriginCrawler] = {}
+        self._turn, self._failed, self._stats = turn, failed, stats
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def stopping(self) -> bool:
+        """No new turn starts."""
+        return self._stop.is_set()
+
+    def add(self, crawler: OriginCrawler, at: float) -> None:
+        """A new origin crawler, its first turn at monotonic time `at`."""
+        self.crawlers[crawler.origin] = crawler
+        self.box.push(crawler, at)
+        self._wake.set()
+
+    def reopen(self, crawler: OriginCrawler) -> None:
+        """An origin that ran out of work gets new links: back into the penalty box."""
+        if crawler.patience <= 0 or crawler.finish_reason or self._stop.is_set():
+            return  # it gave up for this run
+        crawler.finished = False
+        self._stats.origins_finished -= 1
+        self.box.push(crawler, max(time.monotonic(), crawler.next_request_at))
+        self._wake.set()
+
+    def forget_finished(self) -> list[OriginCrawler]:
+        """The origin crawlers that finished, removed (added again if they get work)."""
+        finished = [c for c in self.crawlers.values() if c.finished]
+        for crawler in finished:
+            del self.crawlers[crawler.origin]
+        return finished
+
+    def wake(self) -> None:
+        """Look again: the loop may end (or an origin has come)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Start no new turn."""
+        self._stop.set()
+        self._wake.set()
+
+    async def run(self, more: Callable[[], bool]) -> None:
+        """Run turns until stopped, or until the box is empty, no turn runs and not `more()`."""
+        loop = asyncio.get_running_loop()
+        while not self._stop.is_set():
+            at = self.box.peek_time()
+            if at is None:
+                if not self._tasks and not more():
+                    return
+                self._wake.clear()
+                await self._wait(None)
+                continue
+            delay = at - time.monotonic()
+            if delay > 0:
+                self._wake.clear()
+                await self._wait(delay)
+                continue
+            await self._slots.acquire()
+            if self._stop.is_set():
+                self._slots.release()
+                return
+            task = loop.create_task(self._run(self.box.pop()))
+            self._tasks.add(task)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._wake.set()
+
+    async def _wait(self, timeout: float | None) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _run(self, crawler: OriginCrawler) -> None:
+        self._stats.in_flight += 1
+        try:
+            at = await self._turn(crawler)
+        except Exception as exc:  # the crawl decides what stops; the origin is finished
+            self._failed(crawler, exc)
+            at = None
+        finally:
+            self._stats.in_flight -= 1
+            self._slots.release()
+        if at is None:
+            self._finish(crawler)
+        else:
+            self.box.push(crawler, at)
+        self._wake.set()
+
+    def _finish(self, crawler: OriginCrawler) -> None:
+        crawler.finished = True
+        self._stats.origins_finished += 1
+        if crawler.finish_reason:
+            self._stats.stopped_early[crawler.origin] = crawler.finish_reason
+        log.info("%s finished: %s", crawler.origin, crawler.finish_reason or "done")
+
+    async def drain(self) -> None:
+        """Let running turns finish for a moment, then cancel them (their URLs stay queued)."""
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=2.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
 def effective_crawl_delay(crawl_delay: float | None, rules: Politeness) -> float | None:
     """Crawl-delay as obeyed: clamped to the cap, or None if the origin must be skipped."""
     if crawl_delay is None:
@@ -95,15 +224,28 @@ def retry_after_seconds(value: str | None, now_wall: float) -> float | None:
     return max(0.0, float(when.timestamp()) - now_wall)
 
 
-def rate_limit_pause(
-    crawler: OriginCrawler, retry_after: float | None, rules: Politeness, now: float
-) -> float:
-    """Seconds to stay away after a 429/503: Retry-After (capped) or exponential backoff."""
+def backoff(
+    crawler: OriginCrawler, retry_after: float | None, rules: Politeness, now: float, jitter: float
+) -> tuple[int, float]:
+    """The origin's next backoff level and the seconds to stay away after a 429/503 or an
+    unavailable robots.txt: Retry-After (capped), else exponential backoff × jitter (1 to 1.5).
+    Pure: reads the crawler, changes nothing."""
+    level = crawler.state.backoff_level
     if now - crawler.last_rate_limited > rules.backoff_forgive_after:
-        crawler.state.backoff_level = 0  # forgiven after a quiet period
-    crawler.last_rate_limited = now
-    crawler.state.backoff_level += 1
+        level = 0  # forgiven after a quiet period
+    level += 1
     if retry_after is not None:
-        return min(retry_after, rules.retry_after_cap)
-    base = rules.backoff_base * 2.0 ** (crawler.state.backoff_level - 1)
-    return min(rules.backoff_max, base * random.uniform(1.0, 1.5))
+        return level, min(retry_after, rules.retry_after_cap)
+    return level, min(rules.backoff_max, rules.backoff_base * 2.0 ** (level - 1) * jitter)
+
+
+def backoff_jitter() -> float:
+    """The random factor of an exponential backoff (so that origins do not come back in step)."""
+    return random.uniform(1.0, 1.5)
+
+
+def pause(crawler: OriginCrawler, level: int, seconds: float, now: float) -> None:
+    """Apply a backoff decision: the origin stays away `seconds` from monotonic time `now`."""
+    crawler.state.backoff_level = level
+    crawler.last_rate_limited = now
+    crawler.next_request_at = now + seconds

@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from courtly import clock, dedup
-from courtly.model import COMPLETED, Candidate, CrawlAction, Link, LinkState, StoredPage
+from courtly.model import Candidate, CrawlAction, Link, LinkState, StoredPage, link_state
 from courtly.store.base import OriginState, StoreError
 from courtly.store.schema import MIGRATIONS
 from courtly.store.seen import SeenCache
@@ -106,9 +106,7 @@ _ORIGIN_COLUMNS: dict[str, Convert] = {
 
 def state_after(action: CrawlAction) -> LinkState:
     """The link state a completed crawl action leaves its candidate in."""
-    if action.retry:
-        return LinkState.QUEUED
-    return LinkState.CRAWLED if action.exit_code in COMPLETED else LinkState.ERROR
+    return link_state(action.exit_code, action.retry)
 
 
 def _signature(value: Any) -> bytes:

@@ -1,0 +1,134 @@
+"""What a response's body yields once outcome.read said what it is: a redirect's target, a file's
+fingerprint, a sitemap's URLs, or an HTML page (directives, canonical, duplicates, content, links).
+
+The page's CPU work runs in the page worker (pageworker.py); the duplicate look-ups are the
+store's; the links go through links.py. The exit code may change here (NOT_CANONICAL, NOINDEX,
+DUPLICATE_CONTENT, TOO_MANY_REDIRECTS, OK for a sitemap).
+"""
+
+from __future__ import annotations
+
+from courtly import dedup, sitemaps
+from courtly.config import CrawlConfig
+from courtly.fetch import HttpResponse
+from courtly.links import Links, request_of
+from courtly.model import CrawlAction, ExitCode
+from courtly.outcome import Next, Reading, too_many_redirects
+from courtly.pageworker import PageSettings, PageWorker
+from courtly.robots import product_token
+from courtly.store import Store
+from courtly.strategy import CrawlingStrategy
+from courtly.strategy import Response as StrategyResponse
+
+
+class ContentReader:
+    """Reads the body of one crawl action's response into the action."""
+
+    def __init__(
+        self, config: CrawlConfig, store: Store, strategy: CrawlingStrategy, links: Links
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.strategy = strategy
+        self.links = links
+        limits = config.limits
+        self.pages = PageWorker(  # parse_html and links, in a worker process (pageworker.py)
+            PageSettings(product_token(config.user_agent), limits.max_links_per_page,
+                         limits.max_parse_size, config.dedup.near, config.normalize,
+                         config.store_content, anchors=not links.base_handlers),
+            config.parse_workers,
+        )
+
+    def close(self) -> None:
+        """Stop the page worker."""
+        self.pages.close()
+
+    async def read(self, action: CrawlAction, reading: Reading, resp: HttpResponse) -> None:
+        """The response's metadata into the action, then what `reading.next` says."""
+        headers = resp.headers
+        action.http_status = resp.status
+        action.content_type = headers.get("content-type")
+        action.content_length = len(resp.body)
+        action.etag = headers.get("etag")
+        action.last_modified = headers.get("last-modified")
+        action.redirect_target = reading.redirect_target
+        step = reading.next
+        if step is Next.PAGE:
+            await self._page(action, resp)
+        elif step is Next.REDIRECT:
+            self._redirect(action, reading)
+        elif step is not Next.NOTHING:  # a file, maybe a sitemap
+            action.content_hash = dedup.exact_fingerprint(resp.body)
+            if step is Next.SITEMAP:
+                self._sitemap(action, resp)
+
+    def _redirect(self, action: CrawlAction, reading: Reading) -> None:
+        """The target becomes a link, unless the chain of redirects is already too long."""
+        most = self.config.limits.max_redirect_chain
+        assert reading.redirect_target is not None
+        if self.store.redirect_chain(action.candidate.url, most) >= most:
+            # the hop is recorded, its target is not queued: an endless chain stops here
+            refused = too_many_redirects(most)
+            action.exit_code, action.detail = refused.exit_code, refused.detail
+        else:
+            self.links.target(action, reading.redirect_target)
+
+    async def _page(self, action: CrawlAction, resp: HttpResponse) -> None:
+        """An HTML page: directives, canonical, duplicates, content and links."""
+        url = action.candidate.url
+        page = await self.pages.analyse(
+            url, resp.body, action.content_type, resp.headers.get("x-robots-tag", "")
+        )
+        if page.canonical:
+            action.exit_code = ExitCode.NOT_CANONICAL
+            action.canonical = page.canonical
+            self.links.target(action, page.canonical)
+            return
+        action.content_hash = dedup.exact_fingerprint(resp.body)
+        rules = self.config.dedup
+        if page.noindex:
+            action.exit_code = ExitCode.NOINDEX
+        elif rules.exact and (original := self.store.find_hash(action.content_hash, url)):
+            action.exit_code = ExitCode.DUPLICATE_CONTENT
+            action.duplicate_of = original
+            action.detail = f"exact duplicate of {original}"
+            if not rules.follow_links_of_exact_duplicates:
+                return
+        elif rules.near and self._near_duplicate(action, page.near_signature):
+            if not rules.follow_links_of_near_duplicates:
+                return
+        else:
+            action.content = page.content
+        self.strategy.page_crawled(
+            StrategyResponse(request_of(action.candidate), resp.status, str(action.exit_code),
+                             resp.headers, resp.body, page.title)
+        )
+        if page.nofollow:
+            action.detail = "nofollow"
+            return
+        self.links.page(action, page.links)
+
+    def _near_duplicate(self, action: CrawlAction, signature: bytes | None) -> bool:
+        """A similar enough OK page (MinHash signature of the text) makes this a duplicate."""
+        action.near_signature = signature
+        if signature is None:
+            return False
+        similar = self.store.find_similar(
+            signature, action.candidate.url, self.config.dedup.min_similarity
+        )
+        if similar is None:
+            return False
+        action.exit_code = ExitCode.DUPLICATE_CONTENT
+        action.duplicate_of, score = similar
+        action.detail = f"near-duplicate: similarity {score:.2f}"
+        return True
+
+    def _sitemap(self, action: CrawlAction, resp: HttpResponse) -> None:
+        """A sitemap or sitemap index: its <loc> entries go to the strategy like links."""
+        parsed = sitemaps.parse_sitemap(resp.body)
+        if parsed is None:
+            return
+        action.exit_code = ExitCode.OK
+        kind = "sitemap index" if parsed.is_index else "sitemap"
+        action.detail = f"{kind}: {len(parsed.locs)} URLs" + (" (truncated)" * parsed.truncated)
+        self.links.sitemap(action, parsed.locs, parsed.is_index)

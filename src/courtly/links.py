@@ -1,0 +1,110 @@
+"""Found URLs → normalized → in scope (policies) → the crawling strategy → scheduled `Link`s.
+
+Pages' links, sitemaps' <loc>s, redirect and canonical targets and what the strategy schedules
+on its own all come through here. Each link's origin is announced (`Admit`) so the crawl loop can
+give a new origin in scope its crawler, or wake one that had run out of work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from courtly.config import Normalize
+from courtly.model import Candidate, CrawlAction, Link, LinkState
+from courtly.policy import Policy
+from courtly.store import Store
+from courtly.strategy import CrawlingStrategy, Request, breadth_first_score
+from courtly.urls import normalize, origin_of
+
+#: called with each scheduled URL and its origin before it becomes a Link
+Admit = Callable[[str, str], None]
+
+
+def request_of(candidate: Candidate) -> Request:
+    """The strategy's view of a candidate being crawled."""
+    return Request(candidate.url, candidate.depth, candidate.score, state=LinkState.QUEUED)
+
+
+class Links:
+    """Turns what a crawl action found into the links it records, through the strategy."""
+
+    def __init__(
+        self, strategy: CrawlingStrategy, store: Store, policy: Policy, rules: Normalize,
+        admit: Admit,
+    ) -> None:
+        self.strategy = strategy
+        self.store = store
+        self.policy = policy  # replaced when the configured origins change (fleet)
+        self.rules = rules
+        self.admit = admit
+        self.base_handlers = strategy.has_base_link_handlers()
+
+    def opened(self, origin: str, sitemaps: list[str]) -> list[Link]:
+        """An origin's first turn: the strategy hears of it (and of its sitemaps)."""
+        self.strategy.origin_opened(origin, sitemaps)
+        return self.scheduled()
+
+    def page(self, action: CrawlAction, links: list[tuple[str, str]]) -> None:
+        """A page's links (normalized, with their anchor text) in scope, through the strategy.
+
+        A strategy with the base class's link handlers gets their result without the objects:
+        the links never crawled, with `breadth_first_score` (no per-link Request and Scheduled),
+        less those already candidates with at least that score (their upsert would change
+        nothing, and their origin has its crawler since they were added).
+        """
+        depth = action.candidate.depth + 1
+        in_scope = self.policy.in_scope
+        if not self.base_handlers:
+            found = [Request(url, depth, meta={"anchor": text})
+                     for url, text in links if in_scope(url)]
+            self.found(action, found, vetted=True)
+            return
+        score = breadth_first_score(depth)
+        unsettled = self.store.unsettled([url for url, _ in links if in_scope(url)], score)
+        action.links.extend(self.scheduled())  # what page_crawled scheduled, if anything
+        action.links.extend(self._link(url, depth, score) for url in unsettled)
+
+    def sitemap(self, action: CrawlAction, locs: list[str], is_index: bool) -> None:
+        """A sitemap's <loc> entries, normalized and in scope, through the strategy."""
+        depth = action.candidate.depth + 1
+        meta = {"sitemap": True} if is_index else {"from_sitemap": True}
+        found = []
+        for loc in locs:
+            target = normalize(loc, action.candidate.url, self.rules)
+            if target is not None and self.policy.in_scope(target):
+                found.append(Request(target, depth, meta=dict(meta)))
+        self.found(action, found, vetted=True)
+
+    def target(self, action: CrawlAction, url: str) -> None:
+        """A redirect's or a canonical link's target, one level as deep as the candidate."""
+        self.found(action, [Request(url, action.candidate.depth)])
+
+    def found(self, action: CrawlAction, links: list[Request], vetted: bool = False) -> None:
+        """Pass links through the strategy; what it schedules in scope becomes candidates.
+
+        vetted: the links are already normalized and in scope (not checked a second time).
+        """
+        request = request_of(action.candidate)
+        kept = self.strategy.filter_extracted_links(request, links)
+        self.strategy.refresh_states(kept)
+        self.strategy.links_extracted(request, kept)
+        action.links.extend(self.scheduled({r.url for r in links} if vetted else ()))
+
+    def scheduled(self, vetted: Collection[str] = ()) -> list[Link]:
+        """What the strategy scheduled since last asked, normalized and in scope."""
+        out = []
+        for item in self.strategy.take_scheduled():
+            url = item.request.url
+            if url not in vetted:
+                normalized = normalize(url, None, self.rules)
+                if normalized is None or not self.policy.in_scope(normalized):
+                    continue
+                url = normalized
+            if not item.dont_queue:
+                out.append(self._link(url, item.request.depth, item.score))
+        return out
+
+    def _link(self, url: str, depth: int, score: float) -> Link:
+        origin = origin_of(url)
+        self.admit(url, origin)
+        return Link(url, origin, depth, score)

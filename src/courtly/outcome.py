@@ -1,0 +1,201 @@
+"""What a crawl action comes to: the crawl loop's decisions, as pure functions (no I/O, no clock).
+
+The crawl loop (crawler.py) asks three questions here, in this order, and `courtly check`
+(explain.py) asks the first one the same way:
+
+1. `refusal`: may a candidate be fetched at all? Local policies first, then robots.txt.
+2. `read`: what does the response (or the fetch error) say? An exit code, a detail, what the
+   loop reads next of the body (`Next`), a redirect's target, a rate limit's pause.
+3. `settle`: once the action's exit code is final (after the body was read), what it costs the
+   origin (patience, backoff), whether the URL is retried in this run, the link state it leaves
+   and when the URL is due again.
+
+Each reads the origin crawler it is given and never changes it: the loop applies the decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, auto
+
+from courtly import sitemaps
+from courtly.config import CrawlConfig, Politeness
+from courtly.errors import one_line
+from courtly.fetch import FetchError, HttpResponse
+from courtly.model import (
+    COSTS_PATIENCE,
+    RETRY_IN_RUN,
+    Candidate,
+    CrawlAction,
+    ExitCode,
+    LinkState,
+    link_state,
+)
+from courtly.policy import Policy, ShapeBudget
+from courtly.recrawl import interval
+from courtly.robots import RobotsRules
+from courtly.scheduler import OriginCrawler, backoff, retry_after_seconds
+from courtly.urls import normalize
+
+#: what a request comes to: a response, or the reason there is none
+Answer = HttpResponse | FetchError
+#: the HTTP statuses of a redirect
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a candidate is not fetched: its exit code and the deciding rule."""
+
+    exit_code: ExitCode
+    rule: str
+
+
+def refusal(
+    url: str, depth: int, policy: Policy, robots: RobotsRules | None,
+    shapes: ShapeBudget | None = None,
+) -> Refusal | None:
+    """The local policies' verdict, then robots.txt's (None: not fetched yet, or not obeyed),
+    then the origin's trap budget for the URL's shape, which a URL passing the rest spends (the
+    one decision here that counts; None: not checked, as `courtly check` does)."""
+    verdict = policy.check(url, depth)
+    if not verdict.allowed:
+        return Refusal(ExitCode.BLOCKED_URL_BY_LOCAL_POLICY, verdict.rule)
+    if robots is not None and not robots.allowed(url):
+        return Refusal(ExitCode.BLOCKED_BY_ROBOTS_TXT, robots.explain(url)[1])
+    if shapes is not None and not (verdict := shapes.spend(url, depth)).allowed:
+        return Refusal(ExitCode.BLOCKED_BY_TRAP_BUDGET, verdict.rule)
+    return None
+
+
+def validators(candidate: Candidate) -> dict[str, str] | None:
+    """The conditional GET's headers, when the last crawl action stored validators."""
+    if not candidate.etag and not candidate.last_modified:
+        return None
+    headers = {}
+    if candidate.etag:
+        headers["If-None-Match"] = candidate.etag
+    if candidate.last_modified:
+        headers["If-Modified-Since"] = candidate.last_modified
+    return headers
+
+
+class Next(Enum):
+    """What the crawl loop reads of a response's body after `read`."""
+
+    NOTHING = auto()
+    REDIRECT = auto()  # the target becomes a link, unless the redirect chain is too long
+    FILE = auto()  # not HTML: its fingerprint is recorded
+    SITEMAP = auto()  # not HTML, looks like a sitemap: fingerprinted, its <loc>s become links
+    PAGE = auto()  # HTML: analysed (directives, canonical, duplicates, links)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What a response or a fetch error says, before its body is read."""
+
+    exit_code: ExitCode
+    next: Next = Next.NOTHING
+    detail: str | None = None
+    redirect_target: str | None = None
+    #: RATE_LIMITED: the origin stays away this many seconds, at this backoff level
+    pause: float | None = None
+    backoff_level: int = 0
+
+
+_PAGE = Reading(ExitCode.OK, Next.PAGE)
+_FILE = Reading(ExitCode.UNSUPPORTED_CONTENT, Next.FILE)
+_SITEMAP = Reading(ExitCode.UNSUPPORTED_CONTENT, Next.SITEMAP)
+_NOT_MODIFIED = Reading(ExitCode.NOT_MODIFIED)
+_SERVER_ERROR = Reading(ExitCode.HTTP_SERVER_ERROR)
+_CLIENT_ERROR = Reading(ExitCode.HTTP_CLIENT_ERROR)
+
+
+def read(
+    url: str,
+    result: Answer,
+    crawler: OriginCrawler,
+    config: CrawlConfig,
+    now: float,
+    wall: float,
+    jitter: float,
+) -> Reading:
+    """The exit code of a response by its status and type, or of a fetch error.
+
+    now / wall: the monotonic and the wall-clock time of the answer; jitter: the backoff's
+    random factor (scheduler.backoff_jitter).
+    """
+    if isinstance(result, FetchError):
+        return Reading(result.exit_code, detail=result.detail)
+    status = result.status
+    if status in (429, 503):
+        wait = retry_after_seconds(result.headers.get("retry-after"), wall)
+        level, seconds = backoff(crawler, wait, config.politeness, now, jitter)
+        return Reading(ExitCode.RATE_LIMITED, detail=f"paused {seconds:.1f}s", pause=seconds,
+                       backoff_level=level)
+    if status in REDIRECTS:
+        location = result.headers.get("location", "").strip()
+        target = normalize(location, url, config.normalize) if location else None
+        if target is None:
+            detail = f"no usable Location ({one_line(location) or 'none'}): not queued"
+            return Reading(ExitCode.REDIRECT, detail=detail)
+        return Reading(ExitCode.REDIRECT, Next.REDIRECT, redirect_target=target)
+    if status == 304:
+        return _NOT_MODIFIED
+    if status >= 600 or 300 <= status < 400 or status < 200:
+        return Reading(ExitCode.PROTOCOL_ERROR, detail=f"unexpected status {status}")
+    if status >= 500:
+        return _SERVER_ERROR
+    if status >= 400:
+        return _CLIENT_ERROR
+    content_type = result.headers.get("content-type")
+    if (content_type or "text/html").lower().startswith(_HTML_TYPES):
+        return _PAGE
+    if sitemaps.looks_like_sitemap(url, content_type, result.body):
+        return _SITEMAP
+    return _FILE
+
+
+def too_many_redirects(limit: int) -> Reading:
+    """A redirect whose chain already has `limit` hops: recorded, its target not queued."""
+    return Reading(ExitCode.TOO_MANY_REDIRECTS,
+                   detail=f"redirect chain longer than {limit} hops; target not queued")
+
+
+def internal_error(action: CrawlAction, detail: str) -> CrawlAction:
+    """The crawl action of a response whose handling raised: what it had found is dropped."""
+    return CrawlAction(action.candidate, action.origin, ExitCode.INTERNAL_ERROR, action.started,
+                       http_status=action.http_status, content_type=action.content_type,
+                       content_length=action.content_length, detail=detail)
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What a finished crawl action costs its origin and leaves its URL."""
+
+    patience: int
+    finish_reason: str  # why the origin would finish now ("" when it would not)
+    retry: bool  # crawled again later in this run
+    reset_backoff: bool  # an answer other than a rate limit ends the origin's backoff
+    link_state: LinkState
+    #: seconds until the URL is due again (None when it is retried in this run)
+    recrawl_interval: float | None
+
+
+def settle(action: CrawlAction, crawler: OriginCrawler, config: CrawlConfig) -> Settlement:
+    """Patience, backoff, retry, link state and recrawl interval of a finished crawl action."""
+    rules: Politeness = config.politeness
+    code = action.exit_code
+    patience, reason = crawler.patience, crawler.finish_reason
+    if code in COSTS_PATIENCE:
+        patience -= 1
+        reason = f"out of patience after {code}: {action.detail}"
+    elif action.http_status is not None:
+        patience, reason = rules.patience, ""
+    retry = code in RETRY_IN_RUN and action.candidate.attempts < rules.max_retries
+    reset = bool(crawler.state.backoff_until) and action.http_status is not None and (
+        code is not ExitCode.RATE_LIMITED and code is not ExitCode.INTERNAL_ERROR
+    )
+    due = None if retry else interval(action, action.candidate, config.recrawl, config.robots)
+    return Settlement(patience, reason, retry, reset, link_state(code, retry), due)

@@ -1,0 +1,151 @@
+"""robots.txt per origin: the stored copy while it is fresh, else fetched hop by hop; RFC 9309's
+status rules (4xx: allow all; 5xx, 429 or unreachable: a recent copy, else wait).
+
+Each hop of a fetch is one request of the origin of its URL, made through the `Get` the crawl
+loop gives: the loop decides how a request of that origin is sent (`RobotsChase` only says
+which URL comes next). Parsing and matching are robots.py's; the store keeps the copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from courtly import clock
+from courtly.config import CrawlConfig
+from courtly.fetch import FetchError, HttpResponse
+from courtly.model import ExitCode
+from courtly.outcome import REDIRECTS
+from courtly.robots import RobotsRules, rules_for_status
+from courtly.scheduler import OriginCrawler, backoff, backoff_jitter, delay_for, pause
+from courtly.store import Store
+from courtly.urls import normalize
+
+log = logging.getLogger("courtly")
+
+#: one request of robots.txt (or of a hop of its redirects) to the origin of the URL
+Get = Callable[[str], Awaitable[HttpResponse]]
+
+
+@dataclass(slots=True)
+class RobotsChase:
+    """One robots.txt fetch followed redirect by redirect (RFC 9309: at least five hops).
+
+    `url` is the next request to make (None: done); `status` and `body` the last answer.
+    """
+
+    origin: str
+    hops_left: int
+    url: str | None = None
+    status: int | None = None
+    body: bytes = b""
+    failure: str = ""  # why the last request failed
+    own_address_blocked: bool = False  # the origin's own address is refused by the guard
+
+    def __post_init__(self) -> None:
+        self.url = self.origin + "/robots.txt"
+
+    def answered(self, resp: HttpResponse) -> None:
+        """A response: a redirect with a usable Location is the next hop, while hops are left."""
+        assert self.url is not None
+        self.status, self.body = resp.status, resp.body
+        location = resp.headers.get("location")
+        target = None
+        if resp.status in REDIRECTS and location and self.hops_left > 0:
+            target = normalize(location, self.url)
+        self.hops_left -= 1
+        self.url = target
+
+    def failed(self, exc: FetchError) -> None:
+        """No response: robots.txt is unreachable (or the origin itself may not be contacted)."""
+        assert self.url is not None
+        self.failure, self.status = exc.detail, None
+        self.own_address_blocked = (
+            exc.exit_code is ExitCode.BLOCKED_ADDRESS and self.url.startswith(self.origin)
+        )
+        self.url = None
+
+
+class RobotsCache:
+    """Keeps each origin crawler's robots.txt rules current (crawler.robots, robots_expires)."""
+
+    def __init__(self, config: CrawlConfig, store: Store) -> None:
+        self.config = config
+        self.rules = config.robots
+        self.store = store
+
+    def due(self, crawler: OriginCrawler) -> bool:
+        """robots.txt is obeyed and there is none yet, or it expired."""
+        return self.rules.obey and (
+            crawler.robots is None or time.monotonic() >= crawler.robots_expires
+        )
+
+    def load_stored(self, crawler: OriginCrawler) -> bool:
+        """Use the stored robots.txt if it has not expired (a resumed or repeated crawl)."""
+        state = crawler.state
+        if crawler.robots is not None or state.robots_fetched is None:
+            return False
+        age = clock.now() - state.robots_fetched
+        if state.robots_status is None or age >= self.rules.expiry:
+            return False
+        crawler.robots = self._parse(state.robots_status, state.robots_body or b"")
+        crawler.robots_expires = time.monotonic() + self.rules.expiry - age
+        return True
+
+    async def fetch(self, crawler: OriginCrawler, get: Get) -> None:
+        """Fetch /robots.txt hop by hop and apply the status rules; the origin's delay runs."""
+        chase = RobotsChase(crawler.origin, self.rules.max_redirects)
+        while chase.url is not None:
+            try:
+                chase.answered(await get(chase.url))
+            except FetchError as exc:
+                log.info("%s: robots.txt unreachable: %s", crawler.origin, exc.detail)
+                chase.failed(exc)
+        if chase.own_address_blocked:
+            # never contacted, so no robots.txt applies: each URL is then logged
+            # BLOCKED_ADDRESS by the address guard, without a request
+            crawler.robots = self._parse(404, b"")
+            crawler.robots_expires = time.monotonic() + self.rules.expiry
+            return
+        self._apply(crawler, chase.status, chase.body, chase.failure)
+        crawler.next_request_at = max(
+            crawler.next_request_at,
+            time.monotonic() + delay_for(crawler, self.config.politeness),
+        )
+
+    def _parse(self, status: int, body: bytes) -> RobotsRules:
+        return rules_for_status(status, body, self.config.user_agent, self.rules.max_size)
+
+    def _apply(self, crawler: OriginCrawler, status: int | None, body: bytes, failure: str) -> None:
+        """RFC 9309 status rules: 5xx/429/unreachable (failure says why) → stale copy or wait;
+        else parse."""
+        rules = self.rules
+        state = crawler.state
+        if status is None or status == 429 or status >= 500:
+            state.robots_error = failure or f"status {status}"  # kept for `courtly check`
+            stale = state.robots_fetched is not None and state.robots_status is not None and (
+                clock.now() - state.robots_fetched < rules.stale_cache_limit
+            ) and state.robots_status < 500
+            if stale and state.robots_status is not None:
+                crawler.robots = self._parse(state.robots_status, state.robots_body or b"")
+                crawler.robots_expires = time.monotonic() + min(rules.expiry, 60.0)
+            else:
+                crawler.robots = None  # unavailable: nothing is crawled until it recovers
+                crawler.patience -= 1
+                crawler.finish_reason = f"robots.txt unavailable ({state.robots_error})"
+                now = time.monotonic()
+                level, seconds = backoff(crawler, None, self.config.politeness, now,
+                                         backoff_jitter())
+                pause(crawler, level, seconds, now)
+            self.store.save_origin(state)
+            return
+        crawler.robots = self._parse(status, body)
+        crawler.robots_expires = time.monotonic() + rules.expiry
+        crawler.finish_reason = ""
+        state.robots_status, state.robots_body, state.robots_error = status, body, None
+        state.robots_fetched = clock.now()
+        state.crawl_delay = crawler.robots.crawl_delay
+        state.sitemaps = list(crawler.robots.sitemaps)
+        self.store.save_origin(state)

@@ -1,0 +1,217 @@
+"""outcome.py's decisions, table by table, without a network: what a response or a fetch error
+comes to, what a finished action costs its origin and leaves its URL, and which candidates are
+refused before any request."""
+
+from __future__ import annotations
+
+import pytest
+
+from courtly import outcome
+from courtly.config import CrawlConfig, Policies
+from courtly.fetch import FetchError, HttpResponse
+from courtly.model import Candidate, CrawlAction, ExitCode, LinkState
+from courtly.outcome import Next
+from courtly.policy import Policy
+from courtly.robots import rules_for_status
+from courtly.scheduler import OriginCrawler
+from courtly.store import OriginState
+
+URL = "http://a.test/page"
+CONFIG = CrawlConfig()
+NOW, WALL = 1000.0, 1_800_000_000.0
+SITEMAP = (b'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+           b"<url><loc>http://a.test/x</loc></url></urlset>")
+
+
+def crawler(
+    patience: int = 5, level: int = 0, last: float = -1e9, until: float = 0.0
+) -> OriginCrawler:
+    state = OriginState("http://a.test", backoff_level=level, backoff_until=until)
+    made = OriginCrawler("http://a.test", state, patience=patience)
+    made.last_rate_limited = last
+    return made
+
+
+def response(status: int, body: bytes = b"", **headers: str) -> HttpResponse:
+    return HttpResponse(URL, status, {k.replace("_", "-"): v for k, v in headers.items()}, body,
+                        0.01)
+
+
+def read(result: HttpResponse | FetchError, origin: OriginCrawler | None = None) -> outcome.Reading:
+    return outcome.read(URL, result, origin or crawler(), CONFIG, NOW, WALL, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("resp", "code", "step", "detail"),
+    [
+        (response(200, b"<p>", content_type="text/html"), ExitCode.OK, Next.PAGE, None),
+        (response(200, b"<p>"), ExitCode.OK, Next.PAGE, None),  # no type: read as HTML
+        (response(200, b"<p>", content_type="application/xhtml+xml"), ExitCode.OK, Next.PAGE,
+         None),
+        (response(200, b"%PDF", content_type="application/pdf"), ExitCode.UNSUPPORTED_CONTENT,
+         Next.FILE, None),
+        (response(200, SITEMAP, content_type="application/xml"), ExitCode.UNSUPPORTED_CONTENT,
+         Next.SITEMAP, None),
+        (response(304), ExitCode.NOT_MODIFIED, Next.NOTHING, None),
+        (response(404), ExitCode.HTTP_CLIENT_ERROR, Next.NOTHING, None),
+        (response(410), ExitCode.HTTP_CLIENT_ERROR, Next.NOTHING, None),
+        (response(500), ExitCode.HTTP_SERVER_ERROR, Next.NOTHING, None),
+        (response(502), ExitCode.HTTP_SERVER_ERROR, Next.NOTHING, None),
+        (response(600), ExitCode.PROTOCOL_ERROR, Next.NOTHING, "unexpected status 600"),
+        (response(300), ExitCode.PROTOCOL_ERROR, Next.NOTHING, "unexpected status 300"),
+        (response(101), ExitCode.PROTOCOL_ERROR, Next.NOTHING, "unexpected status 101"),
+        (response(301), ExitCode.REDIRECT, Next.NOTHING, "no usable Location (none): not queued"),
+        (response(302, location="javascript:x"), ExitCode.REDIRECT, Next.NOTHING,
+         "no usable Location (javascript:x): not queued"),
+    ],
+)
+def test_a_response_reads_as_its_exit_code(
+    resp: HttpResponse, code: ExitCode, step: Next, detail: str | None
+) -> None:
+    reading = read(resp)
+    assert (reading.exit_code, reading.next, reading.detail) == (code, step, detail)
+    assert reading.pause is None
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_names_its_normalized_target(status: int) -> None:
+    reading = read(response(status, location=" ../b/./c#top "))
+    assert (reading.exit_code, reading.next) == (ExitCode.REDIRECT, Next.REDIRECT)
+    assert reading.redirect_target == "http://a.test/b/c"
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "level", "last", "pause", "new_level"),
+    [
+        (429, "7", 0, -1e9, 7.0, 1),  # Retry-After in seconds
+        (503, "7000", 0, -1e9, 600.0, 1),  # capped at retry_after_cap
+        (429, "Fri, 15 Jan 2027 08:00:10 GMT", 0, -1e9, 10.0, 1),  # an HTTP date
+        (503, "", 0, -1e9, 1.0, 1),  # no Retry-After: backoff_base × 2^0
+        (503, "", 3, NOW - 10, 8.0, 4),  # a recent rate limit: the level climbs
+        (503, "", 3, NOW - 61, 1.0, 1),  # a quiet minute: forgiven
+        (429, "", 12, NOW - 1, 300.0, 13),  # at most backoff_max
+    ],
+)
+def test_a_rate_limit_pauses_the_origin(
+    status: int, retry_after: str, level: int, last: float, pause: float, new_level: int
+) -> None:
+    headers = {"retry_after": retry_after} if retry_after else {}
+    origin = crawler(level=level, last=last)
+    reading = read(response(status, **headers), origin)
+    assert reading.exit_code is ExitCode.RATE_LIMITED
+    assert reading.pause == pytest.approx(pause)
+    assert reading.backoff_level == new_level
+    assert reading.detail == f"paused {reading.pause:.1f}s"
+    assert (origin.state.backoff_level, origin.last_rate_limited) == (level, last)  # untouched
+
+
+@pytest.mark.parametrize("code", [ExitCode.TIMEOUT, ExitCode.NETWORK_ERROR, ExitCode.TOO_LARGE,
+                                  ExitCode.BLOCKED_ADDRESS, ExitCode.PROTOCOL_ERROR])
+def test_a_fetch_error_keeps_its_exit_code_and_detail(code: ExitCode) -> None:
+    reading = read(FetchError(code, "what happened"))
+    assert (reading.exit_code, reading.detail, reading.next) == (code, "what happened",
+                                                                 Next.NOTHING)
+
+
+def action(code: ExitCode, status: int | None = None, attempts: int = 0) -> CrawlAction:
+    candidate = Candidate(1, URL, 0, attempts=attempts)
+    return CrawlAction(candidate, "http://a.test", code, WALL, http_status=status, detail="d")
+
+
+DAY = 86400.0
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "attempts", "patience", "retry", "state", "interval"),
+    [
+        (ExitCode.OK, 200, 0, 5, False, LinkState.CRAWLED, 7 * DAY),
+        (ExitCode.NOT_MODIFIED, 304, 0, 5, False, LinkState.CRAWLED, 7 * DAY),
+        (ExitCode.REDIRECT, 301, 0, 5, False, LinkState.CRAWLED, 7 * DAY),
+        (ExitCode.HTTP_CLIENT_ERROR, 404, 0, 5, False, LinkState.ERROR, DAY),
+        (ExitCode.HTTP_SERVER_ERROR, 500, 0, 5, False, LinkState.ERROR, DAY),
+        (ExitCode.RATE_LIMITED, 429, 0, 5, True, LinkState.QUEUED, None),
+        (ExitCode.RATE_LIMITED, 429, 3, 5, False, LinkState.ERROR, DAY),  # out of retries
+        (ExitCode.TIMEOUT, None, 0, 2, True, LinkState.QUEUED, None),
+        (ExitCode.NETWORK_ERROR, None, 2, 2, True, LinkState.QUEUED, None),
+        (ExitCode.NETWORK_ERROR, None, 3, 2, False, LinkState.ERROR, DAY),
+        (ExitCode.PROTOCOL_ERROR, None, 0, 2, False, LinkState.ERROR, DAY),
+        (ExitCode.INTERNAL_ERROR, 200, 0, 2, False, LinkState.ERROR, DAY),
+        (ExitCode.TOO_LARGE, None, 0, 3, False, LinkState.ERROR, DAY),  # no status: unchanged
+        (ExitCode.BLOCKED_BY_ROBOTS_TXT, None, 0, 3, False, LinkState.CRAWLED, 1800.0),
+        (ExitCode.BLOCKED_URL_BY_LOCAL_POLICY, None, 0, 3, False, LinkState.CRAWLED, 90 * DAY),
+    ],
+)
+def test_settling_an_action(
+    code: ExitCode, status: int | None, attempts: int, patience: int, retry: bool,
+    state: LinkState, interval: float | None,
+) -> None:
+    origin = crawler(patience=3)
+    settled = outcome.settle(action(code, status, attempts), origin, CONFIG)
+    assert (settled.patience, settled.retry, settled.link_state) == (patience, retry, state)
+    assert settled.recrawl_interval == interval
+    assert origin.patience == 3  # untouched: the crawl loop applies the decision
+
+
+def test_an_error_that_costs_patience_says_so_and_an_answer_forgives() -> None:
+    origin = crawler(patience=1)
+    origin.finish_reason = "earlier"
+    settled = outcome.settle(action(ExitCode.TIMEOUT), origin, CONFIG)
+    assert (settled.patience, settled.finish_reason) == (0, "out of patience after TIMEOUT: d")
+    settled = outcome.settle(action(ExitCode.HTTP_CLIENT_ERROR, 404), origin, CONFIG)
+    assert (settled.patience, settled.finish_reason) == (5, "")
+    settled = outcome.settle(action(ExitCode.TOO_LARGE), origin, CONFIG)
+    assert (settled.patience, settled.finish_reason) == (1, "earlier")
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "reset"),
+    [
+        (ExitCode.OK, 200, True),
+        (ExitCode.HTTP_SERVER_ERROR, 500, True),
+        (ExitCode.RATE_LIMITED, 429, False),  # still paused
+        (ExitCode.INTERNAL_ERROR, 200, False),  # handling the answer failed
+        (ExitCode.TIMEOUT, None, False),  # no answer
+    ],
+)
+def test_an_answer_ends_the_origins_backoff(code: ExitCode, status: int | None,
+                                            reset: bool) -> None:
+    assert outcome.settle(action(code, status), crawler(until=WALL + 60), CONFIG).reset_backoff \
+        is reset
+    assert not outcome.settle(action(code, status), crawler(), CONFIG).reset_backoff
+
+
+ROBOTS = rules_for_status(200, b"User-agent: *\nDisallow: /private\n", CONFIG.user_agent)
+POLICY = Policy(Policies(do_not_crawl=["/private/keep", "/open/no"]), CONFIG.traps,
+                ["http://a.test/"])
+
+
+@pytest.mark.parametrize(
+    ("path", "robots", "code"),
+    [
+        ("/open/yes", ROBOTS, None),
+        ("/private/x", ROBOTS, ExitCode.BLOCKED_BY_ROBOTS_TXT),
+        ("/private/x", None, None),  # robots.txt not fetched yet (or not obeyed)
+        ("/open/no", ROBOTS, ExitCode.BLOCKED_URL_BY_LOCAL_POLICY),
+        ("/private/keep", ROBOTS, ExitCode.BLOCKED_URL_BY_LOCAL_POLICY),  # policies come first
+    ],
+)
+def test_refusal_before_the_fetch(path: str, robots: object, code: ExitCode | None) -> None:
+    refused = outcome.refusal("http://a.test" + path, 0, POLICY, robots)  # type: ignore[arg-type]
+    assert (refused and refused.exit_code) == code
+    if refused is not None:
+        assert refused.rule
+
+
+@pytest.mark.parametrize(
+    ("etag", "modified", "headers"),
+    [
+        (None, None, None),
+        ('"v1"', None, {"If-None-Match": '"v1"'}),
+        (None, "Tue, 01 Dec 2026 00:00:00 GMT",
+         {"If-Modified-Since": "Tue, 01 Dec 2026 00:00:00 GMT"}),
+    ],
+)
+def test_a_conditional_get_sends_the_stored_validators(
+    etag: str | None, modified: str | None, headers: dict[str, str] | None
+) -> None:
+    assert outcome.validators(Candidate(1, URL, 0, etag=etag, last_modified=modified)) == headers
