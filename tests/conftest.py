@@ -33,6 +33,14 @@ class Run:
 
 
 @pytest.fixture(autouse=True)
+def _no_proxy_from_outside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests reach 127.0.0.1 directly, whatever proxy the machine running them has set."""
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
+@pytest.fixture(autouse=True)
 def _clock_after_test() -> Iterator[None]:
     """A test that moved COURTLY_TIME_OFFSET leaves the next one the real clock."""
     yield

@@ -7,7 +7,9 @@ import csv
 import io
 import json
 import logging
+import os
 import sqlite3
+import ssl
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 import click
 
 from courtly import clock
-from courtly.config import ConfigError, CrawlConfig, load_config
+from courtly.config import WARC_MAX_SIZE, ConfigError, CrawlConfig, load_config
 from courtly.store import Store, StoreError, open_store
 from courtly.store.sqlite import read_only
 
@@ -69,6 +71,8 @@ def crawl_options(func: F) -> F:
             "--progress", type=click.Choice(["auto", "live", "log", "off"]),
             help="Progress display.",
         ),
+        click.option("--warc", "warc_dir", type=click.Path(file_okay=False),
+                     help="Write the kept pages as WARC files (and their CDXJ index) here."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -77,6 +81,8 @@ def crawl_options(func: F) -> F:
 
 def build_config(config_path: str | None, **flags: Any) -> CrawlConfig:
     """Load the config file and apply the flags, or exit 2 with the reason."""
+    if "warc_dir" in flags:  # a key of a section
+        flags["warc.dir"] = flags.pop("warc_dir")
     try:
         return load_config(config_path, flags)
     except ConfigError as exc:
@@ -218,6 +224,7 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
     from courtly.progress import Progress
     from courtly.strategy import StrategyError, load_strategy
 
+    check_surroundings(config)
     if seeds:
         inject_seeds(store, config, seeds)
     if not store.configured_origins() and not continuous:
@@ -249,7 +256,29 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
 
 
 #: stop reasons that make the crawl's exit status 1
-_FAILED = ("database error", "internal error", "local error")
+_FAILED = ("database error", "internal error", "local error", "cannot write WARC")
+
+
+def check_surroundings(config: CrawlConfig) -> None:
+    """What the crawl needs around it: its proxy (the key or the environment's), its CA bundle
+    and its WARC directory; exit 2 with one line for one it cannot use."""
+    from courtly.proxy import Proxies
+
+    try:  # the environment's proxies, as the fetcher will read them
+        Proxies.from_environment(os.environ, config.proxy)
+    except ValueError as exc:
+        fail(str(exc))
+    if config.ca_bundle is not None:
+        try:
+            ssl.create_default_context(cafile=config.ca_bundle)
+        except (OSError, ssl.SSLError) as exc:
+            fail(f"ca_bundle: cannot load CA certificates from {config.ca_bundle}: "
+                 f"{exc.strerror or exc}")
+    if config.warc.dir is not None:
+        try:
+            Path(config.warc.dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            fail(f"cannot create the WARC directory {config.warc.dir}: {exc.strerror or exc}")
 
 
 def _install_uvloop() -> None:
@@ -294,17 +323,25 @@ def add_seeds(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> 
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "warc"]), default="jsonl",
               help="jsonl or csv: one record per crawl candidate; warc: the stored pages.")
 @click.option("--out", type=click.Path(), help="Output file (default: standard output).")
-def export(db: str | None, fmt: str, out: str | None) -> None:
-    """One record per crawl candidate, or the stored pages as a WARC file."""
+@click.option("--warc", "warc_dir", type=click.Path(file_okay=False),
+              help="With --format warc: rolling WARC files and their CDXJ index in this "
+                   "directory.")
+@click.option("--warc-max-size", type=click.IntRange(min=1), default=WARC_MAX_SIZE,
+              show_default=True, help="With --warc: bytes after which a new WARC file begins.")
+def export(db: str | None, fmt: str, out: str | None, warc_dir: str | None,
+           warc_max_size: int) -> None:
+    """One record per crawl candidate, or the stored pages as WARC records."""
     db = build_config(None, db=db).db
     if out and is_database_file(out, db):
         fail(f"--out {out} is the crawl database (or its journal): write the export elsewhere")
-    if fmt == "warc" and not out and sys.stdout.isatty():
-        fail("a WARC file is binary: give --out FILE or redirect standard output")
+    if warc_dir and (fmt != "warc" or out):
+        fail("--warc DIR goes with --format warc, without --out")
+    if fmt == "warc" and not out and not warc_dir and sys.stdout.isatty():
+        fail("a WARC file is binary: give --out FILE, --warc DIR or redirect standard output")
     with crawl_db(db, must_exist=True) as store:
         try:
             if fmt == "warc":
-                export_warc(store, out)
+                export_warc(store, out, warc_dir, warc_max_size)
             elif out:
                 with open(out, "w", encoding="utf-8", newline="") as stream:
                     write_records(stream, fmt, store.export())
@@ -314,15 +351,24 @@ def export(db: str | None, fmt: str, out: str | None) -> None:
             fail(f"cannot write {out or 'standard output'}: {exc.strerror or exc}")
 
 
-def export_warc(store: Store, out: str | None) -> None:
-    """The stored pages as a gzipped WARC file; damaged bodies are left out and named."""
-    from courtly.warc import write_warc
+def export_warc(store: Store, out: str | None, directory: str | None, max_size: int) -> None:
+    """The stored pages and revisits as WARC records (one file, or rolling files with their
+    index); damaged ones are left out and named."""
+    from courtly.warc import Archive, WarcFiles, write_all
 
-    if out:
+    pages, revisits = store.stored_pages(), store.stored_revisits()
+    if directory:
+        files = WarcFiles(directory, max_size)
+        try:
+            written, damaged = write_all(files, pages, revisits)
+        finally:
+            files.close()
+    elif out:
         with open(out, "wb") as stream:
-            written, damaged = write_warc(stream, store.stored_pages())
+            written, damaged = write_all(Archive(stream, Path(out).name), pages, revisits)
     else:
-        written, damaged = write_warc(sys.stdout.buffer, store.stored_pages())
+        written, damaged = write_all(Archive(sys.stdout.buffer, "-"), pages, revisits)
+        sys.stdout.buffer.flush()
     if damaged:
         fail(f"damaged stored pages left out of the WARC file: {len(damaged)} ({written} "
              f"written), the first: {damaged[0]}", 1)

@@ -156,6 +156,18 @@ class Dedup(_Section):
     follow_links_of_near_duplicates: bool = True
 
 
+#: bytes after which a new WARC file begins (Heritrix's default)
+WARC_MAX_SIZE = 1_000_000_000
+
+
+class Warc(_Section):
+    """WARC files written during the crawl (docs/warc.md)."""
+
+    dir: str | None = None  # None: no WARC files (`courtly crawl --warc DIR` sets it)
+    max_size: int = Field(WARC_MAX_SIZE, gt=0)
+    prefix: str = Field("courtly", pattern=r"^[A-Za-z0-9._-]+$")
+
+
 class CrawlConfig(_Section):
     """The whole crawl configuration."""
 
@@ -182,6 +194,23 @@ class CrawlConfig(_Section):
     traps: Traps = Field(default_factory=Traps)
     recrawl: Recrawl = Field(default_factory=Recrawl)
     dedup: Dedup = Field(default_factory=Dedup)
+    warc: Warc = Field(default_factory=Warc)
+    #: an HTTP proxy for every request (else HTTP_PROXY, HTTPS_PROXY… are read: proxy.py)
+    proxy: str | None = None
+    #: a file of CA certificates that replaces the system's (else SSL_CERT_FILE, if set);
+    #: loaded when the crawl starts
+    ca_bundle: str | None = None
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_is_usable(cls, proxy: str | None) -> str | None:
+        """Reject a proxy URL courtly cannot use (another scheme, no host, a bad port)."""
+        from courtly.proxy import parse_proxy  # late: proxy imports connection imports config
+
+        if proxy:
+            parse_proxy(proxy)
+        return proxy
+
 
     @field_validator("db")
     @classmethod
@@ -237,7 +266,12 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> CrawlConfig:
     for key, value in overrides.items():
         if value is None or value == () or value == []:
             continue
-        if key == "seeds":
+        if "." in key:  # a key of a section: "warc.dir"
+            section, _, name = key.partition(".")
+            part = data.setdefault(section, {})  # not a table: validation names the mistake
+            if isinstance(part, dict):
+                part[name] = value
+        elif key == "seeds":
             listed = data.get("seeds", [])  # not a list: validation names the mistake
             data["seeds"] = listed + list(value) if isinstance(listed, list) else listed
         else:

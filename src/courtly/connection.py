@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from courtly.config import Limits
     from courtly.pool import Slot
 
-#: what a response turns into: status, headers (lower-case names, repeats joined), body
-Answer = tuple[int, dict[str, str], bytes]
+#: what a response turns into: status, headers (lower-case names, repeats joined), body, and
+#: the head as received (status line and header lines in their order and case, see `head`)
+Answer = tuple[int, dict[str, str], bytes, bytes]
 
 
 class FetchError(Exception):
@@ -179,6 +180,8 @@ class Connection(asyncio.Protocol):
         self._limit = limit
         self._truncate = truncate
         self._headers: dict[str, str] = {}
+        self._raw: list[bytes] = []  # the header lines as received, for `head`
+        self._reason = b""
         self._parts: list[bytes] = []
         self._decoder: Decoder | None = None
         self.received = 0  # bytes of the response so far (head and body)
@@ -287,6 +290,9 @@ class Connection(asyncio.Protocol):
                               stale=stale))
 
     # -- httptools' callbacks (a FetchError raised here ends the request) -------------------
+    def on_status(self, reason: bytes) -> None:
+        self._reason = reason
+
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._waiter is None:
             return  # past the end of the response (a cut-off, or bytes after it)
@@ -294,6 +300,7 @@ class Connection(asyncio.Protocol):
         if len(headers) >= self._max_count or len(name) + len(value) > self._max_line:
             raise FetchError(ExitCode.TOO_LARGE, f"response head over the limits "
                              f"({self._max_count} headers, {self._max_line} bytes a line)")
+        self._raw.append(b"%s: %s\r\n" % (name, value))
         key = name.decode("latin-1").lower()
         text = value.decode("utf-8", "replace").strip()
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
@@ -304,6 +311,7 @@ class Connection(asyncio.Protocol):
         status = self._parser.get_status_code()
         if status < 200:  # 1xx: an interim response; the real one follows
             self._headers = {}
+            self._raw = []
             return
         self.head_done = True  # the deadline is now the total (the timer reads it when due)
         headers = self._headers
@@ -338,9 +346,17 @@ class Connection(asyncio.Protocol):
         self.reusable = self._parser.should_keep_alive()
         self._complete()
 
+    def head(self) -> bytes:
+        """The response's status line and header lines as received, in their order and case (a
+        value as llhttp reads it: without the whitespace before it), and the blank line."""
+        parser = self._parser
+        status = b"HTTP/%s %d %s\r\n" % (parser.get_http_version().encode(),
+                                          parser.get_status_code(), self._reason)
+        return status + b"".join(self._raw) + b"\r\n"
+
     def _complete(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result((self._parser.get_status_code(), self._headers,
-                               b"".join(self._parts)))
+                               b"".join(self._parts), self.head()))
         self._finish()

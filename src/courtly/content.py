@@ -14,7 +14,7 @@ from courtly.fetch import HttpResponse
 from courtly.links import Links, request_of
 from courtly.model import CrawlAction, ExitCode
 from courtly.outcome import Next, Reading, too_many_redirects
-from courtly.pageworker import PageSettings, PageWorker
+from courtly.pageworker import PageSettings, PageWorker, compress
 from courtly.robots import product_token
 from courtly.store import Store
 from courtly.strategy import CrawlingStrategy
@@ -61,6 +61,10 @@ class ContentReader:
             action.content_hash = dedup.exact_fingerprint(resp.body)
             if step is Next.SITEMAP:
                 self._sitemap(action, resp)
+        if action.exit_code is ExitCode.NOT_MODIFIED:
+            action.revisit_of = action.candidate.url
+        if self.config.store_content and (action.content or action.revisit_of):
+            action.exchange = compress(resp.request + resp.head)  # for WARC records (warc.py)
 
     def _redirect(self, action: CrawlAction, reading: Reading) -> None:
         """The target becomes a link, unless the chain of redirects is already too long."""
@@ -90,7 +94,7 @@ class ContentReader:
             action.exit_code = ExitCode.NOINDEX
         elif rules.exact and (original := self.store.find_hash(action.content_hash, url)):
             action.exit_code = ExitCode.DUPLICATE_CONTENT
-            action.duplicate_of = original
+            action.duplicate_of = action.revisit_of = original
             action.detail = f"exact duplicate of {original}"
             if not rules.follow_links_of_exact_duplicates:
                 return

@@ -17,7 +17,7 @@ from typing import Protocol
 from courtly import clock, outcome
 from courtly.config import CrawlConfig
 from courtly.content import ContentReader
-from courtly.errors import describe
+from courtly.errors import describe, one_line
 from courtly.fetch import Fetcher, FetchError, HttpResponse, LocalError
 from courtly.links import Links, request_of
 from courtly.model import COMPLETED, Candidate, CrawlAction, ExitCode
@@ -35,6 +35,7 @@ from courtly.stats import CrawlStats
 from courtly.store import OriginState, Store, StoreError
 from courtly.strategy import CrawlingStrategy, StoreContext
 from courtly.urls import host_of
+from courtly.warc import WarcFiles, archive_action
 
 log = logging.getLogger("courtly")
 
@@ -75,6 +76,8 @@ class Crawler:
         self.links = Links(strategy, store, self.policy, config.normalize, self._admit)
         self.content = ContentReader(config, store, strategy, self.links)
         strategy.bind(StoreContext(store, self._live_state))
+        warc = config.warc  # crawl --warc: the kept pages' records, as they are recorded
+        self.warc = None if warc.dir is None else WarcFiles(warc.dir, warc.max_size, warc.prefix)
 
     def _live_state(self, origin: str) -> OriginState | None:
         crawler = self.crawlers.get(origin)
@@ -97,7 +100,7 @@ class Crawler:
         """Dispatch turns until done or stopped, then drain, commit and close the strategy."""
         # the address guard lets through the seeds' own hosts, not the origins found in scope
         hosts = {host_of(o + "/") for o in self.store.seed_origins()}
-        async with Fetcher(self.config.limits, self.config.user_agent, hosts) as self.fetcher:
+        async with Fetcher.for_crawl(self.config, hosts) as self.fetcher:
             for origin in self.origins if self.fleet is None else ():
                 self._add_crawler(origin)
             self.store.commit_interval = self.config.commit_interval
@@ -111,6 +114,8 @@ class Crawler:
                     task.cancel()
                 await self.turns.drain()
                 self.content.close()
+                if self.warc is not None:
+                    self.warc.close()  # the last file, indexed
         if not self.stats.stop_reason:
             self.stats.stop_reason = "finished: no origin has work left"
             self.store.finish_run(self.run_id)
@@ -302,6 +307,11 @@ class Crawler:
             action.recrawl_interval = settled.recrawl_interval
             action.next_due = action.started + settled.recrawl_interval
         self.store.record(action, self.run_id)
+        if self.warc is not None and action.exchange is not None:
+            try:
+                archive_action(self.warc, self.store, action)
+            except OSError as exc:
+                self.stop(f"cannot write WARC file: {one_line(exc)}")
         self.strategy.domain_metadata.flush()
         self.stats.actions += 1
         self.stats.exit_codes[str(action.exit_code)] += 1

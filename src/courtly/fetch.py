@@ -9,6 +9,7 @@ import functools
 import ipaddress
 import itertools
 import logging
+import os
 import socket
 import ssl
 import time
@@ -16,11 +17,20 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from courtly.config import Limits
+from courtly.config import CrawlConfig, Limits
 from courtly.connection import Connection, FetchError, LocalError, deadline_error, is_local
 from courtly.errors import one_line
 from courtly.model import ExitCode
 from courtly.pool import Pool, Slot, connection_limit
+from courtly.proxy import (
+    Proxies,
+    Proxy,
+    ProxyFailure,
+    absolute_form,
+    open_tunnel,
+    proxy_socket,
+    refused,
+)
 
 __all__ = ["Addresses", "FetchError", "Fetcher", "GuardedResolver", "HttpResponse", "LocalError",
            "Resolver", "SystemResolver", "address_allowed"]
@@ -46,6 +56,8 @@ class HttpResponse:
     headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
     body: bytes
     elapsed: float
+    request: bytes = b""  # the request head as sent
+    head: bytes = b""  # the status line and headers as received (Connection.head)
 
 
 def address_allowed(address: str, allowed_hosts: Iterable[str] = ()) -> bool:
@@ -192,8 +204,12 @@ class Fetcher:
         limits: Limits,
         user_agent: str,
         allowed_hosts: Iterable[str] = (),
+        proxies: Proxies | None = None,
+        ca_bundle: str | None = None,
     ) -> None:
         self.limits = limits
+        self.proxies = proxies  # None: every request goes direct (proxy.py)
+        self._ca_bundle = ca_bundle  # None: the system's CAs (and SSL_CERT_FILE)
         # as URLs spell hosts to the resolver: no IPv6 brackets, lower case
         self._allowed = frozenset(h.strip("[]").lower() for h in allowed_hosts)
         self._fixed_headers = (f"User-Agent: {user_agent}\r\nAccept: */*\r\n"
@@ -206,6 +222,13 @@ class Fetcher:
         self._tls: ssl.SSLContext | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._short_of_resources = False  # a local error since the last connection opened
+
+    @classmethod
+    def for_crawl(cls, config: CrawlConfig, allowed_hosts: Iterable[str]) -> Fetcher:
+        """The crawl's fetcher: its limits and User-Agent, its proxy (the `proxy` key, or the
+        environment's: ValueError for one that cannot be used) and its CA bundle."""
+        proxies = Proxies.from_environment(os.environ, config.proxy)
+        return cls(config.limits, config.user_agent, allowed_hosts, proxies, config.ca_bundle)
 
     async def __aenter__(self) -> Fetcher:
         # kept: Python 3.11's get_running_loop() makes a getpid system call (several a request)
@@ -242,17 +265,26 @@ class Fetcher:
         endpoint, target = _split(url)
         self._check_literal_address(endpoint.host)
         request = self._request(endpoint, target, headers)
+        proxy = self._proxy(endpoint)
+        sent = request
+        if proxy is not None and endpoint.scheme == "http":
+            sent = absolute_form(request, f"http://{endpoint.host_header}", proxy)
         limit = max_body or self.limits.max_body_size
         fresh = False  # True: not on a kept-alive connection
         short_since: float | None = None  # when this request first met a local error
         while True:
             try:
-                return await self._send(url, endpoint, request, limit, truncate, fresh)
+                response = await self._send(url, endpoint, sent, limit, truncate, fresh)
+                if proxy is not None:
+                    proxied(response, proxy, request)
+                return response
             except FetchError as exc:
                 if not exc.stale:
                     raise
                 fresh = True  # the server closed it while idle: once more on a new connection
             except LocalError as exc:
+                if isinstance(exc, ProxyFailure):
+                    raise
                 short_since = await self._pause(exc, short_since)
 
     async def _send(self, url: str, endpoint: _Endpoint, request: bytes, limit: int,
@@ -268,7 +300,7 @@ class Fetcher:
                 conn = await self._connection(endpoint, slot, loop_started)
             else:
                 started, loop_started = time.monotonic(), loop.time()
-            status, hdrs, body = await conn.request(request, limit, truncate, loop_started)
+            status, hdrs, body, head = await conn.request(request, limit, truncate, loop_started)
         except FetchError as exc:
             if exc.exit_code is ExitCode.TIMEOUT:
                 raise FetchError(exc.exit_code, f"{exc.detail} {_took(started)}") from None
@@ -276,7 +308,8 @@ class Fetcher:
         finally:
             if conn is not None:
                 self._release(endpoint, conn)
-        return HttpResponse(url, status, hdrs, body, time.monotonic() - started)
+        return HttpResponse(url, status, hdrs, body, time.monotonic() - started, request,
+                            head)
 
     async def _pause(self, exc: LocalError, since: float | None) -> float:
         """Wait a moment for courtly's own machine to recover (idle connections closed, the
@@ -328,6 +361,9 @@ class Fetcher:
 
     async def _open(self, endpoint: _Endpoint, first_slot: Slot) -> Connection:
         """Resolve and connect (happy eyeballs); every socket tried holds a slot of the pool."""
+        proxy = self._proxy(endpoint)
+        if proxy is not None:
+            return await self._open_through(proxy, endpoint, first_slot)
         host = endpoint.host
         try:
             if _literal(host):
@@ -337,9 +373,7 @@ class Fetcher:
         except BaseException:
             first_slot.release()
             raise
-        tls = None
-        if endpoint.scheme == "https":
-            tls = self._tls = self._tls or ssl.create_default_context()
+        tls = self._tls_context() if endpoint.scheme == "https" else None
         loop, limits, slots = self._loop, self.limits, [first_slot]
 
         async def connect(address: str, family: int) -> Connection:
@@ -367,6 +401,48 @@ class Fetcher:
             for slot in slots:  # no attempt was started (no address)
                 slot.release()
 
+    def _tls_context(self) -> ssl.SSLContext:
+        """The TLS settings of every HTTPS connection (made once)."""
+        if self._tls is None:
+            self._tls = ssl.create_default_context(cafile=self._ca_bundle)
+        return self._tls
+
+    # -- proxies (proxy.py) --------------------------------------------------------------------
+    def _proxy(self, endpoint: _Endpoint) -> Proxy | None:
+        if self.proxies is None:
+            return None
+        return self.proxies.for_url(endpoint.scheme, endpoint.host, endpoint.port)
+
+    async def _open_through(self, proxy: Proxy, endpoint: _Endpoint, slot: Slot) -> Connection:
+        """A connection to the endpoint through an HTTP proxy: to the proxy itself (http), or a
+        tunnel it opens with CONNECT, with TLS to the site over it (https). Target names are
+        resolved by the proxy: only an address in the URL meets the address guard."""
+        loop, limits = self._loop, self.limits
+        assert loop is not None
+        sock = None
+        try:
+            sock = await proxy_socket(loop, proxy)
+            tls = None
+            if endpoint.scheme == "https":
+                await open_tunnel(loop, sock, proxy, _authority(endpoint))
+                tls = self._tls_context()
+            _, conn = await loop.create_connection(
+                lambda: Connection(loop, limits, slot), sock=sock, ssl=tls,
+                server_hostname=endpoint.host if tls else None)
+            return conn
+        except BaseException as exc:
+            if not slot.owned:
+                slot.release()
+                if sock is not None:
+                    sock.close()
+            if is_local(exc):
+                raise LocalError(f"connect: {one_line(exc)}") from None
+            if isinstance(exc, ssl.SSLError):
+                raise FetchError(ExitCode.PROTOCOL_ERROR, f"TLS: {one_line(exc)}") from None
+            if isinstance(exc, OSError):  # the tunnel or its TLS handshake failed
+                raise FetchError(ExitCode.PROXY_ERROR, f"{proxy}: {one_line(exc)}") from None
+            raise
+
     async def _resolve(self, host: str, port: int) -> Addresses:
         """The addresses to connect to (the resolver's answers, kept for _DNS_TTL seconds)."""
         now = self._loop.time()  # type: ignore[union-attr]
@@ -393,6 +469,19 @@ class Fetcher:
             self.pool.put(endpoint, conn)
         else:
             conn.close()
+
+
+def proxied(response: HttpResponse, proxy: Proxy, request: bytes) -> None:
+    """A response that came through a proxy: the proxy's refusal (407) is a FetchError; the
+    request kept with it is the one for the site (no absolute form, no proxy credentials)."""
+    if response.status == 407:
+        raise refused(proxy)
+    response.request = request
+
+
+def _authority(endpoint: _Endpoint) -> str:
+    host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+    return f"{host}:{endpoint.port}"
 
 
 def _took(started: float) -> str:

@@ -37,6 +37,8 @@ class ExitCode(StrEnum):
     HTTP_SERVER_ERROR = "HTTP_SERVER_ERROR"
     RATE_LIMITED = "RATE_LIMITED"
     NETWORK_ERROR = "NETWORK_ERROR"
+    #: the HTTP proxy could not be reached, or refused the request (CONNECT, 407)
+    PROXY_ERROR = "PROXY_ERROR"
     PROTOCOL_ERROR = "PROTOCOL_ERROR"
     TIMEOUT = "TIMEOUT"
     TOO_LARGE = "TOO_LARGE"
@@ -59,7 +61,8 @@ COMPLETED = frozenset(
 RETRY_IN_RUN = frozenset({ExitCode.RATE_LIMITED, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT})
 #: exit codes that cost the origin one point of patience
 COSTS_PATIENCE = frozenset(
-    {ExitCode.PROTOCOL_ERROR, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT, ExitCode.INTERNAL_ERROR}
+    {ExitCode.PROTOCOL_ERROR, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT, ExitCode.INTERNAL_ERROR,
+     ExitCode.PROXY_ERROR}
 )
 
 
@@ -114,6 +117,11 @@ class CrawlAction:
     last_modified: str | None = None
     content_hash: str | None = None
     content: bytes | None = None  # the body zstd-compressed (pageworker.compress), when kept
+    #: the request head as sent and the response head as received, zstd-compressed together,
+    #: kept with the content or with a revisit
+    exchange: bytes | None = None
+    #: the URL whose kept page this response revisits: its own (304) or an exact duplicate's
+    revisit_of: str | None = None
     redirect_target: str | None = None
     canonical: str | None = None
     duplicate_of: str | None = None
@@ -135,3 +143,16 @@ class StoredPage:
     fetched: float
     content_type: str | None
     body: bytes
+    exchange: bytes | None = None  # CrawlAction.exchange (None: kept before migration 9)
+
+
+@dataclass(slots=True)
+class StoredRevisit:
+    """A response that revisited a kept page (a 304, or an exact duplicate's)."""
+
+    url: str
+    fetched: float
+    exchange: bytes  # CrawlAction.exchange
+    refers_to: str  # the kept page's URL
+    refers_to_date: float  # when the kept page was fetched
+    original: bytes  # the kept page's body (zstd), for its payload digest

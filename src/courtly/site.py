@@ -8,6 +8,7 @@ checked on the wire.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -79,11 +80,12 @@ class LocalSite(BackgroundServer):
 
     def __init__(
         self, sites: Mapping[str, Mapping[str, Page | Handler]], first_port: int = 0,
-        keepalive_timeout: float = 75.0,
+        keepalive_timeout: float = 75.0, tls: ssl.SSLContext | None = None,
     ) -> None:
         self.sites = sites
         self.first_port = first_port
         self.keepalive_timeout = keepalive_timeout  # idle connections closed, without a word
+        self.tls = tls  # HTTPS with this server context
         self.origins: dict[str, str] = {}  # name -> "http://127.0.0.1:PORT"
         self.hits: list[Hit] = []
         self._counts: dict[tuple[str, str], int] = {}
@@ -103,12 +105,13 @@ class LocalSite(BackgroundServer):
                                    keepalive_timeout=self.keepalive_timeout)
             await runner.setup()
             port = self.first_port + i if self.first_port else 0
-            site = web.TCPSite(runner, "127.0.0.1", port)
+            site = web.TCPSite(runner, "127.0.0.1", port, ssl_context=self.tls)
             await site.start()
             server = site._server
             assert server is not None
             real_port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-            self.origins[name] = f"http://127.0.0.1:{real_port}"
+            scheme = "https" if self.tls else "http"
+            self.origins[name] = f"{scheme}://127.0.0.1:{real_port}"
             self._runners.append(runner)
 
     async def _stop(self) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from courtly.model import Candidate, CrawlAction, Link, LinkState, StoredPage
+from courtly.model import Candidate, CrawlAction, Link, LinkState, StoredPage, StoredRevisit
 
 
 class StoreError(Exception):
@@ -117,6 +117,14 @@ class Store(Protocol):
 
     def stored_pages(self) -> Iterator[StoredPage]:
         """The page bodies kept in the content table, in URL order."""
+        ...
+
+    def stored_revisits(self) -> Iterator[StoredRevisit]:
+        """The revisits (304s, exact duplicates) of pages still kept, by URL and time."""
+        ...
+
+    def revisit(self, url: str, fetched: float) -> StoredRevisit | None:
+        """The revisit recorded for this URL at this time, if its page is still kept."""
         ...
 
     def candidate(self, url: str) -> dict[str, Any] | None:

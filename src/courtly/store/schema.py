@@ -163,4 +163,18 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE origins ADD COLUMN robots_error TEXT",
     ],
+    # 9: the HTTP exchange of a kept page (its request head and response head, as sent and
+    # received, zstd-compressed together), for WARC request and response records; a 304 or an
+    # exact duplicate of a kept page is a revisit of it (WARC revisit records)
+    [
+        "ALTER TABLE content ADD COLUMN exchange BYTEA",
+        """CREATE TABLE revisits (
+            url TEXT NOT NULL,
+            fetched DOUBLE PRECISION NOT NULL,
+            exchange BYTEA NOT NULL,
+            refers_to TEXT NOT NULL,
+            refers_to_date DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (url, fetched)
+        )""",
+    ],
 ]

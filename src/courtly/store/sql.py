@@ -11,7 +11,15 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from courtly import clock, dedup
-from courtly.model import Candidate, CrawlAction, Link, LinkState, StoredPage, link_state
+from courtly.model import (
+    Candidate,
+    CrawlAction,
+    Link,
+    LinkState,
+    StoredPage,
+    StoredRevisit,
+    link_state,
+)
 from courtly.store.base import OriginState, StoreError
 from courtly.store.schema import MIGRATIONS
 from courtly.store.seen import SeenCache
@@ -34,6 +42,11 @@ _SHARING_A_KEY = (
 _INSERT_KEYS = (  # a page's band keys in one statement
     "INSERT INTO near_dup_keys (key, candidate) VALUES "
     + ", ".join(["(?, ?)"] * dedup.BANDS) + " ON CONFLICT DO NOTHING"
+)
+#: the revisits whose original is still the kept page they revisited
+_REVISITS = (
+    "SELECT r.url, r.fetched, r.exchange, r.refers_to, r.refers_to_date, c.body "
+    "FROM revisits r JOIN content c ON c.url = r.refers_to AND c.fetched = r.refers_to_date"
 )
 EXPORT_COLUMNS = (
     "url", "origin", "state", "exit_code", "http_status", "last_crawl", "next_due",
@@ -341,17 +354,46 @@ class SqlStore:
                     (c.url, action.redirect_target, action.http_status, action.started),
                 )
             if action.content is not None and action.content_hash is not None:
-                self._x(
-                    "INSERT INTO content (url, content_hash, fetched, body) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (url) DO UPDATE SET content_hash = excluded.content_hash, "
-                    "fetched = excluded.fetched, body = excluded.body",
-                    (c.url, action.content_hash, action.started, action.content),
-                )
+                self._keep(action)
+            elif action.revisit_of is not None and action.exchange is not None:
+                self._revisit(action, action.revisit_of)
             if action.links:
                 self._insert_links(action.links)
             if action.origin_state is not None:
                 self._upsert_origin(action.origin_state)
         self.seen.put(c.url, state)
+
+    def _keep(self, action: CrawlAction) -> None:
+        """Keep a page's body and exchange; the same body kept before stays, and this response
+        is a revisit of it (in the caller's transaction)."""
+        url = action.candidate.url
+        changed = self._x(
+            "INSERT INTO content (url, content_hash, fetched, body, exchange) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (url) DO UPDATE SET "
+            "content_hash = excluded.content_hash, fetched = excluded.fetched, "
+            "body = excluded.body, exchange = excluded.exchange "
+            "WHERE content.content_hash <> excluded.content_hash OR content.exchange IS NULL",
+            (url, action.content_hash, action.started, action.content, action.exchange),
+        ).rowcount
+        if not changed and action.exchange is not None:
+            self._revisit(action, url)
+
+    def _revisit(self, action: CrawlAction, original: str) -> None:
+        """Record a response as a revisit of the page kept for `original`, or of what that URL's
+        last revisit refers to (a 304 of a duplicate); neither: there is nothing to refer to."""
+        row = (action.candidate.url, action.started, action.exchange)
+        added = self._x(
+            "INSERT INTO revisits (url, fetched, exchange, refers_to, refers_to_date) "
+            "SELECT ?, ?, ?, url, fetched FROM content WHERE url = ? ON CONFLICT DO NOTHING",
+            (*row, original),
+        ).rowcount
+        if not added:
+            self._x(
+                "INSERT INTO revisits (url, fetched, exchange, refers_to, refers_to_date) "
+                "SELECT ?, ?, ?, refers_to, refers_to_date FROM revisits WHERE url = ? "
+                "ORDER BY fetched DESC LIMIT 1 ON CONFLICT DO NOTHING",
+                (*row, original),
+            )
 
     def _save_signature(self, candidate: int, signature: bytes, crawled_before: bool) -> None:
         """Store a page's MinHash signature and its band keys (in the caller's transaction).
@@ -513,18 +555,46 @@ class SqlStore:
         after = ""  # pages of 200 by URL: the bodies never all in memory (psycopg reads a
         while True:  # whole result at once)
             rows = self._x(
-                "SELECT c.url, c.fetched, k.content_type, c.body FROM content c "
+                "SELECT c.url, c.fetched, k.content_type, c.body, c.exchange FROM content c "
                 "LEFT JOIN candidates k ON k.url = c.url WHERE c.url > ? ORDER BY c.url LIMIT 200",
                 (after,),
             ).fetchall()
-            for url, fetched, content_type, body in rows:
+            for url, fetched, content_type, body, exchange in rows:
                 try:
-                    yield StoredPage(str(url), float(fetched), content_type, bytes(body))
+                    yield StoredPage(str(url), float(fetched), content_type, bytes(body),
+                                     None if exchange is None else bytes(exchange))
                 except (TypeError, ValueError):  # a damaged row: an empty body, which the
                     yield StoredPage(str(url), 0.0, None, b"")  # WARC writer reports
             if len(rows) < 200:
                 return
             after = rows[-1][0]
+
+    def stored_revisits(self) -> Iterator[StoredRevisit]:
+        """The revisits of pages still kept as they were, by URL and time (pages of 200)."""
+        after: tuple[str, float] = ("", 0.0)
+        while True:
+            rows = self._x(
+                f"{_REVISITS} WHERE (r.url > ? OR (r.url = ? AND r.fetched > ?)) "
+                "ORDER BY r.url, r.fetched LIMIT 200",
+                (after[0], after[0], after[1]),
+            ).fetchall()
+            yield from self._revisits(rows)
+            if len(rows) < 200:
+                return
+            after = (rows[-1][0], rows[-1][1])
+
+    def revisit(self, url: str, fetched: float) -> StoredRevisit | None:
+        """The revisit of this URL recorded at this time, if its page is still kept."""
+        rows = self._x(f"{_REVISITS} WHERE r.url = ? AND r.fetched = ?", (url, fetched))
+        return next(self._revisits(rows.fetchall()), None)
+
+    def _revisits(self, rows: list[Any]) -> Iterator[StoredRevisit]:
+        for url, fetched, exchange, refers_to, refers_date, original in rows:
+            try:
+                yield StoredRevisit(str(url), float(fetched), bytes(exchange), str(refers_to),
+                                    float(refers_date), bytes(original))
+            except (TypeError, ValueError):  # a damaged row: the WARC writer reports it
+                yield StoredRevisit(str(url), 0.0, b"", "", 0.0, b"")
 
     def candidate(self, url: str) -> dict[str, Any] | None:
         row = self._x(

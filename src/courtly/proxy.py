@@ -1,0 +1,218 @@
+"""Which HTTP proxy a request goes through, read the way curl and requests read it.
+
+The `proxy` config key (one proxy for http and https URLs) or the environment: `http_proxy` for
+http URLs, `https_proxy` for https URLs, `all_proxy` for both when those are unset; each in lower
+case or else upper case (`HTTP_PROXY`, …). `no_proxy` / `NO_PROXY` lists the hosts reached
+directly: `*` (all), a name (itself and its subdomains; a leading `.` or `*.` is the same), a name
+or address with `:port` (that port only), an address, or a network (`10.0.0.0/8`). A proxy URL is
+`http://[user:password@]host[:port]` (no scheme: http; no port: 80); the user and password,
+percent-decoded, are sent as `Proxy-Authorization: Basic`.
+
+Plain HTTP goes to the proxy with the URL as the request target (absolute form); HTTPS goes
+through a tunnel the proxy opens with CONNECT, and TLS is then made with the site itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ipaddress
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from courtly.connection import FetchError, LocalError
+from courtly.errors import one_line
+from courtly.model import ExitCode
+
+#: bytes of a proxy's answer to CONNECT read before it is refused
+_MAX_CONNECT_ANSWER = 65536
+
+
+class ProxyFailure(LocalError):
+    """The proxy cannot be reached or will not carry any request (407): the crawl stops with
+    one line, as for courtly's own machine (no site is to blame, none loses patience)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    """An HTTP proxy: where to connect, and the Proxy-Authorization value if it has one."""
+
+    host: str
+    port: int
+    authorization: str | None = None
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"proxy {host}:{self.port}"
+
+
+def parse_proxy(url: str) -> Proxy:
+    """A proxy URL as a Proxy (ValueError naming what is wrong)."""
+    text = url.strip()
+    parts = urlsplit(text if "://" in text else "http://" + text)
+    if parts.scheme.lower() != "http":
+        raise ValueError(f"only http:// proxies are supported, not {parts.scheme}://")
+    try:
+        port = parts.port or 80
+    except ValueError:
+        raise ValueError(f"bad port in proxy URL {hidden(text)!r}") from None
+    if not parts.hostname:
+        raise ValueError(f"no host in proxy URL {hidden(text)!r}")
+    auth = None
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        auth = "Basic " + base64.b64encode(pair.encode()).decode()
+    return Proxy(parts.hostname, port, auth)
+
+
+def hidden(url: str) -> str:
+    """A proxy URL without its password, for messages."""
+    scheme, sep, rest = url.rpartition("://")
+    user, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}{user.partition(':')[0]}:***@{host}" if at else url
+
+
+class Proxies:
+    """The proxies of http and https URLs, and the hosts that bypass them (no_proxy)."""
+
+    def __init__(self, http: Proxy | None, https: Proxy | None, no_proxy: str = "") -> None:
+        self._by_scheme = {"http": http, "https": https}
+        entries = [e.strip().lower() for e in no_proxy.split(",") if e.strip()]
+        self._everything = "*" in entries
+        self._names: list[tuple[str, int | None]] = []
+        self._networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        for entry in entries:
+            try:
+                self._networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+                continue
+            except ValueError:
+                pass
+            name, port = _host_port(entry)
+            self._names.append((name.removeprefix("*").lstrip("."), port))
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str], proxy: str | None = None
+                         ) -> Proxies | None:
+        """The configured proxy, or the environment's (None: every request goes direct).
+
+        ValueError for a proxy URL that cannot be used, naming the variable or key.
+        """
+        def read(name: str) -> str:
+            return environ.get(name) or environ.get(name.upper()) or ""
+
+        if proxy:
+            http = https = _parsed("proxy", proxy)
+        else:
+            fallback = read("all_proxy")
+            http = _parsed("http_proxy", read("http_proxy") or fallback)
+            https = _parsed("https_proxy", read("https_proxy") or fallback)
+        if http is None and https is None:
+            return None
+        return cls(http, https, read("no_proxy"))
+
+    def for_url(self, scheme: str, host: str, port: int) -> Proxy | None:
+        """The proxy for a request to host:port (host in lower case, IPv6 without brackets)."""
+        proxy = self._by_scheme.get(scheme)
+        if proxy is None or self._everything:
+            return None
+        for name, only_port in self._names:
+            if (host == name or host.endswith("." + name)) and only_port in (None, port):
+                return None
+        if self._networks:
+            try:
+                address = ipaddress.ip_address(host)
+            except ValueError:
+                return proxy
+            if any(address in network for network in self._networks):
+                return None
+        return proxy
+
+
+def _parsed(name: str, url: str) -> Proxy | None:
+    """The proxy a variable or key names (ValueError naming it)."""
+    try:
+        return parse_proxy(url) if url else None
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+
+
+def _host_port(entry: str) -> tuple[str, int | None]:
+    """A no_proxy entry's host and port, if it names one."""
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        host, _, port = entry.partition(":") if entry.count(":") == 1 else (entry, "", "")
+    return host, int(port) if port.isdigit() else None
+
+
+async def proxy_socket(loop: asyncio.AbstractEventLoop, proxy: Proxy) -> socket.socket:
+    """A connected, non-blocking socket to the proxy (its addresses tried in turn; the proxy
+    is the user's choice, so the address guard does not apply to it); ProxyFailure if none
+    answers."""
+    try:
+        return await _connect(loop, proxy)
+    except OSError as exc:
+        raise ProxyFailure(f"{proxy}: {one_line(exc)}") from None
+
+
+async def _connect(loop: asyncio.AbstractEventLoop, proxy: Proxy) -> socket.socket:
+    error: OSError = OSError("no address")
+    for family, kind, proto, _, address in await loop.getaddrinfo(
+            proxy.host, proxy.port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise error
+
+
+async def open_tunnel(loop: asyncio.AbstractEventLoop, sock: socket.socket, proxy: Proxy,
+                      authority: str) -> None:
+    """Ask the proxy for a tunnel to authority (host:port) with CONNECT; FetchError
+    (PROXY_ERROR) when it does not answer 2xx."""
+    request = f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n"
+    if proxy.authorization:
+        request += f"Proxy-Authorization: {proxy.authorization}\r\n"
+    await loop.sock_sendall(sock, (request + "\r\n").encode("utf-8", "replace"))
+    answer = b""
+    while b"\r\n\r\n" not in answer:  # the proxy says nothing more until the TLS handshake
+        data = await loop.sock_recv(sock, 65536)
+        if not data or len(answer) > _MAX_CONNECT_ANSWER:
+            raise FetchError(ExitCode.PROXY_ERROR, f"{proxy} closed the tunnel to {authority} "
+                             "before answering CONNECT")
+        answer += data
+    status = answer.partition(b"\r\n")[0].decode("latin-1")
+    code = status.partition(" ")[2][:3]
+    if code == "407":
+        raise refused(proxy)
+    if not code.startswith("2"):  # this site only (the proxy's policy, or the site is down)
+        raise FetchError(ExitCode.PROXY_ERROR,
+                         f"{proxy} refused CONNECT {authority}: {status[:200]}")
+
+
+def refused(proxy: Proxy) -> ProxyFailure:
+    """The proxy's 407."""
+    given = "its credentials were refused" if proxy.authorization else "give them in its URL"
+    return ProxyFailure(f"{proxy} answered 407 Proxy Authentication Required ({given})")
+
+
+def absolute_form(request: bytes, origin: str, proxy: Proxy) -> bytes:
+    """A request to send to a proxy: its target with the origin (absolute form, RFC 9112 3.2.2)
+    and the proxy's credentials."""
+    line, _, rest = request.partition(b"\r\n")
+    method, _, target = line.partition(b" ")
+    line = b"%s %s%s" % (method, origin.encode(), target)
+    if proxy.authorization:
+        line += b"\r\nProxy-Authorization: " + proxy.authorization.encode()
+    return line + b"\r\n" + rest

@@ -1,0 +1,138 @@
+"""Crawling through an HTTP proxy (pproxy, started by the test): environment, NO_PROXY, refusals."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from courtly.proxy import Proxies, parse_proxy
+from courtly.site import Page, html
+from tests.conftest import candidates, courtly, fetched_paths, robots, rows
+
+#: pproxy imports uvloop when it can, and then fails on Python 3.11 (no current event loop)
+_PPROXY = ("import sys; sys.modules['uvloop'] = None; sys.argv[0] = 'pproxy'; "
+           "from pproxy.server import main; main()")
+#: a port nothing listens on: only the proxy (which sends everything to the real server) can
+#: reach a URL on it, so a request that went direct fails
+DEAD = "http://127.0.0.1:9"
+
+
+@contextlib.contextmanager
+def pproxy(forward_to: str, auth: str = "") -> Iterator[tuple[str, list[str]]]:
+    """An HTTP proxy on 127.0.0.1 that sends every connection to forward_to (host:port), with
+    its log lines (one a connection) filled in when it stops."""
+    listen = "http://127.0.0.1:0" + (f"#{auth}" if auth else "")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    listen = listen.replace(":0", f":{port}")
+    proc = subprocess.Popen([sys.executable, "-c", _PPROXY, "-l", listen, "-r",
+                             f"tunnel://{forward_to}", "-v"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    log: list[str] = []
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # "Serving on …" once it listens
+        assert "Serving on" in first, first + proc.stdout.read()
+        yield f"127.0.0.1:{port}", log
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+        log.extend(line for line in out.splitlines() if " -> " in line)
+
+
+def test_every_request_through_the_proxy_and_no_proxy_obeyed(
+        serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = serve({
+        "far": {"/robots.txt": robots("User-agent: *\nAllow: /\n"),
+                "/": Page(html("Far", ["/a", "/b"])), "/a": Page(html("A", [])),
+                "/b": Page(html("B", []))},
+        "near": {"/": Page(html("Near", ["/x"])), "/x": Page(html("X", []))},
+    })
+    far = site.origins["far"].removeprefix("http://")
+    near = "http://localhost:" + site.origins["near"].rpartition(":")[2]
+    with pproxy(far, "alice:s3cret") as (proxy, log):
+        monkeypatch.setenv("HTTP_PROXY", f"http://alice:s3cret@{proxy}")
+        monkeypatch.setenv("no_proxy", "example.org, localhost")
+        db = tmp_path / "crawl.db"
+        run = courtly("crawl", DEAD + "/", near + "/", "--db", db, "--min-delay", "0")
+        assert run.status == 0, run.err
+    found = candidates(db)
+    for path in ("/", "/a", "/b", "/x"):
+        origin = near if path == "/x" else DEAD
+        assert found[origin + path]["exit_code"] == "OK", found[origin + path]
+    assert fetched_paths(site, "far") == ["/", "/a", "/b"]  # each through the proxy, once
+    assert fetched_paths(site, "near") == ["/", "/x"]  # direct: through it, "far" answers
+    assert log and all(f"-> tunnel {far} -> 127.0.0.1:9" in line for line in log)
+    # the exchange kept is the request to the site: origin form, no proxy credentials
+    body = rows(db, "SELECT exchange FROM content WHERE url = ?", DEAD + "/a")[0]["exchange"]
+    request = zstandard.ZstdDecompressor().decompress(body)
+    assert request.startswith(b"GET /a HTTP/1.1\r\nHost: 127.0.0.1:9\r\n")
+    assert b"Proxy-Authorization" not in request and b"s3cret" not in request
+
+
+@pytest.mark.parametrize("credentials", ["", "alice:wrong@"])
+def test_a_proxy_that_refuses_stops_the_crawl_with_one_line(
+        serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, credentials: str) -> None:
+    site = serve({"far": {"/": Page(html("Far", []))}})
+    with pproxy(site.origins["far"].removeprefix("http://"), "alice:s3cret") as (proxy, _):
+        monkeypatch.setenv("http_proxy", f"http://{credentials}{proxy}")
+        run = courtly("crawl", DEAD + "/", "--db", tmp_path / "c.db", "--min-delay", "0")
+    why = "its credentials were refused" if credentials else "give them in its URL"
+    assert run.status == 1 and len(run.err.splitlines()) == 1
+    assert run.err.startswith(f"courtly: local error: proxy {proxy} answered 407 Proxy "
+                              f"Authentication Required ({why})")
+    assert site.hits == []  # robots.txt was asked of the proxy, which said no
+
+
+def test_an_unreachable_proxy_stops_the_crawl(serve, tmp_path: Path) -> None:
+    site = serve({"one": {"/": Page(html("One", []))}})
+    run = courtly("crawl", site.url("one"), "--db", tmp_path / "c.db", "--min-delay", "0",
+                  "--config", config(tmp_path, 'proxy = "http://127.0.0.1:9"'))
+    assert run.status == 1 and len(run.err.splitlines()) == 1
+    assert run.err.startswith("courtly: local error: proxy 127.0.0.1:9: ")
+    assert site.hits == []
+
+
+def test_a_proxy_url_courtly_cannot_use_is_one_line(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    run = courtly("crawl", "http://127.0.0.1:9/", "--db", tmp_path / "c.db", "--config",
+                  config(tmp_path, 'proxy = "socks5://127.0.0.1:1080"'))
+    assert run.status == 2 and "proxy: only http:// proxies are supported" in run.err
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:notaport")
+    run = courtly("crawl", "http://127.0.0.1:9/", "--db", tmp_path / "d.db")
+    assert run.status == 2 and "https_proxy: bad port in proxy URL" in run.err
+
+
+def config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "crawl.toml"
+    path.write_text(text + "\n")
+    return path
+
+
+def test_no_proxy_rules_as_curl_and_requests_read_them() -> None:
+    proxies = Proxies.from_environment({
+        "HTTP_PROXY": "http://upper:1", "http_proxy": "proxy.corp:3128",
+        "ALL_PROXY": "http://all.corp:8080",
+        "NO_PROXY": ".internal.org, *.lan, 10.0.0.0/8, host.org:8443, [::1], 192.168.1.5"})
+    assert proxies is not None
+    http = proxies.for_url("http", "example.com", 80)
+    assert http == parse_proxy("http://proxy.corp:3128")  # lower case wins, port as given
+    assert proxies.for_url("https", "example.com", 443) == parse_proxy("http://all.corp:8080")
+    direct = [("a.internal.org", 80), ("internal.org", 80), ("x.lan", 80), ("10.1.2.3", 80),
+              ("host.org", 8443), ("::1", 80), ("192.168.1.5", 80)]
+    assert all(proxies.for_url("http", h, p) is None for h, p in direct)
+    through = [("notinternal.org", 80), ("host.org", 80), ("11.0.0.1", 80), ("lan.x", 80)]
+    assert all(proxies.for_url("http", h, p) == http for h, p in through)
+    assert Proxies.from_environment({"NO_PROXY": "*"}) is None  # no proxy at all
+    everything = Proxies.from_environment({"https_proxy": "http://p:1", "no_proxy": "*"})
+    assert everything is not None and everything.for_url("https", "example.com", 443) is None
+    auth = parse_proxy("http://al%40ice:p%3Ass@p:1").authorization
+    assert auth == "Basic YWxAaWNlOnA6c3M="  # "al@ice:p:ss"
