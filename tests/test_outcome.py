@@ -55,8 +55,8 @@ def read(result: HttpResponse | FetchError, origin: OriginCrawler | None = None)
         (response(304), ExitCode.NOT_MODIFIED, Next.NOTHING, None),
         (response(404), ExitCode.HTTP_CLIENT_ERROR, Next.NOTHING, None),
         (response(410), ExitCode.HTTP_CLIENT_ERROR, Next.NOTHING, None),
-        (response(500), ExitCode.HTTP_SERVER_ERROR, Next.NOTHING, None),
-        (response(502), ExitCode.HTTP_SERVER_ERROR, Next.NOTHING, None),
+        (response(500), ExitCode.HTTP_SERVER_ERROR, Next.NOTHING, "backed off 1.0s"),
+        (response(502), ExitCode.HTTP_SERVER_ERROR, Next.NOTHING, "backed off 1.0s"),
         (response(600), ExitCode.PROTOCOL_ERROR, Next.NOTHING, "unexpected status 600"),
         (response(300), ExitCode.PROTOCOL_ERROR, Next.NOTHING, "unexpected status 300"),
         (response(101), ExitCode.PROTOCOL_ERROR, Next.NOTHING, "unexpected status 101"),
@@ -70,7 +70,7 @@ def test_a_response_reads_as_its_exit_code(
 ) -> None:
     reading = read(resp)
     assert (reading.exit_code, reading.next, reading.detail) == (code, step, detail)
-    assert reading.pause is None
+    assert (reading.pause is None) is (code is not ExitCode.HTTP_SERVER_ERROR)  # backing off
 
 
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
@@ -105,12 +105,32 @@ def test_a_rate_limit_pauses_the_origin(
     assert (origin.state.backoff_level, origin.last_rate_limited) == (level, last)  # untouched
 
 
-@pytest.mark.parametrize("code", [ExitCode.TIMEOUT, ExitCode.NETWORK_ERROR, ExitCode.TOO_LARGE,
-                                  ExitCode.BLOCKED_ADDRESS, ExitCode.PROTOCOL_ERROR])
-def test_a_fetch_error_keeps_its_exit_code_and_detail(code: ExitCode) -> None:
+@pytest.mark.parametrize(("code", "backs_off"), [
+    (ExitCode.TIMEOUT, True), (ExitCode.NETWORK_ERROR, True), (ExitCode.PROTOCOL_ERROR, True),
+    (ExitCode.TOO_LARGE, False), (ExitCode.BLOCKED_ADDRESS, False),
+])
+def test_a_fetch_error_keeps_its_exit_code_and_detail(code: ExitCode, backs_off: bool) -> None:
     reading = read(FetchError(code, "what happened"))
     assert (reading.exit_code, reading.detail, reading.next) == (code, "what happened",
                                                                  Next.NOTHING)
+    assert (reading.pause, reading.backoff_level) == ((1.0, 1) if backs_off else (None, 0))
+
+
+@pytest.mark.parametrize(
+    ("result", "level", "last", "pause", "new_level"),
+    [
+        (response(500), 0, -1e9, 1.0, 1),
+        (response(502), 2, NOW - 5, 4.0, 3),  # failing in a row: the backoff doubles
+        (FetchError(ExitCode.TIMEOUT, "t"), 3, NOW - 5, 8.0, 4),
+        (FetchError(ExitCode.NETWORK_ERROR, "n"), 3, NOW - 61, 1.0, 1),  # a quiet minute
+        (response(500), 12, NOW - 1, 300.0, 13),  # at most backoff_max
+    ],
+)
+def test_a_failing_server_backs_the_origin_off(
+    result: HttpResponse | FetchError, level: int, last: float, pause: float, new_level: int
+) -> None:
+    reading = read(result, crawler(level=level, last=last))
+    assert (reading.pause, reading.backoff_level) == (pytest.approx(pause), new_level)
 
 
 def action(code: ExitCode, status: int | None = None, attempts: int = 0) -> CrawlAction:
@@ -128,12 +148,12 @@ DAY = 86400.0
         (ExitCode.NOT_MODIFIED, 304, 0, 5, False, LinkState.CRAWLED, 7 * DAY),
         (ExitCode.REDIRECT, 301, 0, 5, False, LinkState.CRAWLED, 7 * DAY),
         (ExitCode.HTTP_CLIENT_ERROR, 404, 0, 5, False, LinkState.ERROR, DAY),
-        (ExitCode.HTTP_SERVER_ERROR, 500, 0, 5, False, LinkState.ERROR, DAY),
+        (ExitCode.HTTP_SERVER_ERROR, 500, 0, 2, False, LinkState.ERROR, DAY),
         (ExitCode.RATE_LIMITED, 429, 0, 5, True, LinkState.QUEUED, None),
-        (ExitCode.RATE_LIMITED, 429, 3, 5, False, LinkState.ERROR, DAY),  # out of retries
+        (ExitCode.RATE_LIMITED, 429, 2, 5, False, LinkState.ERROR, DAY),  # out of retries
         (ExitCode.TIMEOUT, None, 0, 2, True, LinkState.QUEUED, None),
-        (ExitCode.NETWORK_ERROR, None, 2, 2, True, LinkState.QUEUED, None),
-        (ExitCode.NETWORK_ERROR, None, 3, 2, False, LinkState.ERROR, DAY),
+        (ExitCode.NETWORK_ERROR, None, 1, 2, True, LinkState.QUEUED, None),
+        (ExitCode.NETWORK_ERROR, None, 2, 2, False, LinkState.ERROR, DAY),  # 3 requests in all
         (ExitCode.PROTOCOL_ERROR, None, 0, 2, False, LinkState.ERROR, DAY),
         (ExitCode.INTERNAL_ERROR, 200, 0, 2, False, LinkState.ERROR, DAY),
         (ExitCode.TOO_LARGE, None, 0, 3, False, LinkState.ERROR, DAY),  # no status: unchanged
@@ -167,7 +187,8 @@ def test_an_error_that_costs_patience_says_so_and_an_answer_forgives() -> None:
     ("code", "status", "reset"),
     [
         (ExitCode.OK, 200, True),
-        (ExitCode.HTTP_SERVER_ERROR, 500, True),
+        (ExitCode.HTTP_CLIENT_ERROR, 404, True),  # the server answered: not failing
+        (ExitCode.HTTP_SERVER_ERROR, 500, False),  # the server failed: backing off
         (ExitCode.RATE_LIMITED, 429, False),  # still paused
         (ExitCode.INTERNAL_ERROR, 200, False),  # handling the answer failed
         (ExitCode.TIMEOUT, None, False),  # no answer
@@ -177,6 +198,7 @@ def test_an_answer_ends_the_origins_backoff(code: ExitCode, status: int | None,
                                             reset: bool) -> None:
     assert outcome.settle(action(code, status), crawler(until=WALL + 60), CONFIG).reset_backoff \
         is reset
+    assert outcome.settle(action(code, status), crawler(level=2), CONFIG).reset_backoff is reset
     assert not outcome.settle(action(code, status), crawler(), CONFIG).reset_backoff
 
 

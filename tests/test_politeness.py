@@ -10,6 +10,7 @@ from pathlib import Path
 
 from courtly.site import Hit, Page, html
 from tests.conftest import candidates, courtly, courtly_process, fetched_paths, robots, rows
+from tests.hostile_server import HostileServer, page, routes, silent
 
 SLACK = 0.005
 
@@ -248,3 +249,88 @@ def test_an_origin_given_up_is_named_in_the_summary(serve, db: Path, tmp_path: P
             "unavailable (connect: ") in run.err
     check = courtly("check", f"http://127.0.0.1:{port}/", "--db", db).out
     assert "robots.txt: unreachable at the last try (connect: " in check  # kept in the database
+
+
+def test_robots_redirects_to_another_origin_wait_for_its_turn(serve, db: Path) -> None:
+    """Seven origins whose robots.txt redirects to the robots.txt of an eighth origin, itself
+    crawled: every request to the eighth (its own and the seven's hops) waits its turn."""
+    target: dict[str, str] = {}
+
+    def moved(count: int) -> Page:
+        return Page("", 301, {"Location": target["url"]})
+
+    names = [f"r{i}" for i in range(7)]
+    sites = {name: {"/robots.txt": moved, "/": Page(html(name, []))} for name in names}
+    sites["t"] = {"/robots.txt": robots("User-agent: *\nDisallow: /private\n"),
+                  **pages(4, "t")}
+    site = serve(sites)
+    target["url"] = site.url("t", "/robots.txt")
+    run = courtly("crawl", *(site.url(n) for n in [*names, "t"]), "--db", db,
+                  "--min-delay", "0.3", "--concurrency", "8")
+    assert run.status == 0, run.err
+    hits = site.hits_for("t")
+    assert len(hits) == 8 + 5  # robots.txt 8 times (its own, the seven hops), 5 pages
+    assert min(gaps(hits)) >= 0.3 - SLACK  # one at a time, the delay between them
+    for name in names:  # the target's robots.txt applies to each redirecting origin
+        assert candidates(db)[site.url(name)]["exit_code"] == "OK"
+
+
+def test_a_robots_redirect_to_a_disallow_all_file_forbids_the_origin(serve, db: Path) -> None:
+    target: dict[str, str] = {}
+    site = serve({
+        "a": {"/robots.txt": lambda count: Page("", 302, {"Location": target["url"]}),
+              "/": Page(html("a", []))},
+        "b": {"/robots.txt": robots("User-agent: *\nDisallow: /\n")},
+    })
+    target["url"] = site.url("b", "/robots.txt")
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    assert candidates(db)[site.url("a")]["exit_code"] == "BLOCKED_BY_ROBOTS_TXT"
+    assert [h.path for h in site.hits_for("a")] == ["/robots.txt"]
+
+
+def test_a_server_failing_every_request_costs_patience_and_backs_off(
+    serve, db: Path, tmp_path: Path
+) -> None:
+    failing = {f"/p{i}": Page("oops", 500, {"Content-Type": "text/plain"}) for i in range(200)}
+    site = serve({"down": {"/": Page(html("home", list(failing))), **failing},
+                  "fine": pages(3, "f")})
+    cfg = config(tmp_path, "[politeness]\nbackoff_base = 0.05\n")
+    run = courtly("crawl", site.url("down"), site.url("fine"), "--db", db, "--min-delay", "0",
+                  "--config", cfg)
+    assert run.status == 0, run.err
+    hits = site.hits_for("down")
+    assert len(hits) == 2 + 5  # robots.txt, the home page, then patience (5) runs out
+    waits = gaps(hits[2:])
+    for shorter, longer in itertools.pairwise(waits):  # exponential: each wait doubles (× a
+        assert longer >= 1.3 * shorter, waits  # jitter of 1 to 1.5, so at least 2 / 1.5)
+    assert waits[0] >= 0.05 - SLACK
+    assert "out of patience after HTTP_SERVER_ERROR" in run.err  # the reason, in the summary
+    assert len(fetched_paths(site, "fine")) == 4  # the other origin is crawled all the same
+
+
+def test_a_success_resets_the_backoff(serve, db: Path, tmp_path: Path) -> None:
+    def flaky(count: int) -> Page:
+        return Page("oops", 502) if count < 3 else Page(html("ok", []))
+
+    site = serve({"a": {"/": Page(html("home", ["/flaky", "/x1", "/x2"])), "/flaky": flaky,
+                        "/x1": Page(html("x1", [])), "/x2": Page(html("x2", []))}})
+    cfg = config(tmp_path, "[politeness]\nbackoff_base = 0.05\n")
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--config", cfg)
+    assert run.status == 0, run.err
+    assert candidates(db)[site.url("a", "/flaky")]["exit_code"] == "HTTP_SERVER_ERROR"
+    [origin] = rows(db, "SELECT backoff_level, backoff_until FROM origins")
+    assert origin == {"backoff_level": 0, "backoff_until": 0}  # /x1 and /x2 answered after it
+    assert {candidates(db)[site.url("a", p)]["exit_code"] for p in ("/x1", "/x2")} == {"OK"}
+
+
+def test_a_hanging_url_is_requested_three_times_in_all(db: Path, tmp_path: Path) -> None:
+    home = page('<a href="/hang">x</a>')
+    cfg = config(tmp_path, "[politeness]\nbackoff_base = 0.05\n"
+                           "[limits]\nfirst_byte_timeout = 0.3\n")
+    with HostileServer({"a": routes({"/": home}, silent)}) as server:
+        run = courtly("crawl", server.url("a"), "--db", db, "--min-delay", "0", "--config", cfg)
+        assert run.status == 0, run.err
+        paths = [h.path for h in server.hits_for("a")]
+    assert paths == ["/", "/hang", "/hang", "/hang"]  # the first try and two retries
+    assert candidates(db)[server.url("a") + "hang"]["exit_code"] == "TIMEOUT"

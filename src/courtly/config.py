@@ -29,7 +29,7 @@ class Politeness(_Section):
     backoff_max: float = Field(300.0, ge=0)
     backoff_forgive_after: float = Field(60.0, ge=0)
     patience: int = Field(5, ge=1)
-    max_retries: int = Field(3, ge=0)
+    max_retries: int = Field(2, ge=0)
 
 
 class Robots(_Section):

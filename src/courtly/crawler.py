@@ -19,6 +19,7 @@ from courtly.config import CrawlConfig
 from courtly.content import ContentReader
 from courtly.errors import describe, one_line
 from courtly.fetch import Fetcher, FetchError, HttpResponse, LocalError
+from courtly.gate import Gate
 from courtly.links import Links, request_of
 from courtly.model import COMPLETED, Candidate, CrawlAction, ExitCode
 from courtly.policy import Policy, ShapeBudget
@@ -34,7 +35,7 @@ from courtly.scheduler import (
 from courtly.stats import CrawlStats
 from courtly.store import OriginState, Store, StoreError
 from courtly.strategy import CrawlingStrategy, StoreContext
-from courtly.urls import host_of
+from courtly.urls import host_of, origin_of
 from courtly.warc import WarcFiles, archive_action
 
 log = logging.getLogger("courtly")
@@ -69,6 +70,7 @@ class Crawler:
         self.on_progress = on_progress
         self.turns = Turns(config.concurrency, self._turn, self._stop_for, self.stats)
         self.crawlers = self.turns.crawlers
+        self.gate = Gate(self.crawlers, config.politeness)  # whichever origin asks (gate.py)
         self.run_id = 0
         self.fetcher: Fetcher
         self._opened: set[str] = set()  # origins whose strategy.origin_opened was called
@@ -206,9 +208,10 @@ class Crawler:
         return None if crawler.patience <= 0 else crawler.next_request_at
 
     async def _get_robots(self, url: str) -> HttpResponse:
-        """One request of robots.txt or of one of its redirects."""
+        """One request of robots.txt or of one of its redirects, as a request of its origin."""
         self.stats.requests += 1
-        return await self.fetcher.get(url, max_body=self.config.robots.max_size, truncate=True)
+        async with self.gate.request(origin_of(url)):
+            return await self.fetcher.get(url, max_body=self.config.robots.max_size, truncate=True)
 
     def _next_candidate(self, crawler: OriginCrawler) -> Candidate | None:
         """The next URL to fetch: refill the todo list, log the ones policy or robots refuse."""
@@ -257,7 +260,9 @@ class Crawler:
         crawler.pages_this_run += 1
         result: outcome.Answer
         try:
-            result = await self.fetcher.get(candidate.url, headers=outcome.validators(candidate))
+            async with self.gate.request(crawler.origin):
+                result = await self.fetcher.get(candidate.url,
+                                                headers=outcome.validators(candidate))
         except FetchError as exc:
             result = exc
         answered = time.monotonic()
@@ -282,13 +287,13 @@ class Crawler:
         reading = outcome.read(action.candidate.url, result, crawler, self.config, now, wall,
                                backoff_jitter())
         action.exit_code, action.detail = reading.exit_code, reading.detail
-        if isinstance(result, FetchError):
-            return
-        crawler.response_times.append(result.elapsed)
-        if reading.pause is not None:
+        if reading.pause is not None:  # rate limited, or the server failed: it backs off
             pause(crawler, reading.backoff_level, reading.pause, now)
             crawler.state.backoff_until = wall + reading.pause
             action.origin_state = crawler.state
+        if isinstance(result, FetchError):
+            return
+        crawler.response_times.append(result.elapsed)
         await self.content.read(action, reading, result)
 
     def _record(self, crawler: OriginCrawler, action: CrawlAction) -> None:
@@ -297,7 +302,7 @@ class Crawler:
         crawler.patience, crawler.finish_reason = settled.patience, settled.finish_reason
         action.retry = settled.retry
         if settled.reset_backoff:
-            crawler.state.backoff_until = 0.0
+            crawler.state.backoff_until, crawler.state.backoff_level = 0.0, 0
             action.origin_state = crawler.state
         if action.exit_code not in COMPLETED and not action.retry:
             self.strategy.request_error(request_of(action.candidate), str(action.exit_code))

@@ -59,11 +59,12 @@ COMPLETED = frozenset(
 )
 #: exit codes after which the URL is retried later in the same run
 RETRY_IN_RUN = frozenset({ExitCode.RATE_LIMITED, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT})
-#: exit codes that cost the origin one point of patience
-COSTS_PATIENCE = frozenset(
-    {ExitCode.PROTOCOL_ERROR, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT, ExitCode.INTERNAL_ERROR,
-     ExitCode.PROXY_ERROR}
+#: exit codes of a failing server: the origin backs off exponentially, as after a 429 or 503
+BACKS_OFF = frozenset(
+    {ExitCode.HTTP_SERVER_ERROR, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT, ExitCode.PROTOCOL_ERROR}
 )
+#: exit codes that cost the origin one point of patience
+COSTS_PATIENCE = BACKS_OFF | {ExitCode.INTERNAL_ERROR, ExitCode.PROXY_ERROR}
 
 
 

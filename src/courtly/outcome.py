@@ -23,6 +23,7 @@ from courtly.config import CrawlConfig, Politeness
 from courtly.errors import one_line
 from courtly.fetch import FetchError, HttpResponse
 from courtly.model import (
+    BACKS_OFF,
     COSTS_PATIENCE,
     RETRY_IN_RUN,
     Candidate,
@@ -42,6 +43,8 @@ Answer = HttpResponse | FetchError
 #: the HTTP statuses of a redirect
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
+#: answers after which the origin's backoff goes on
+_NOT_A_SUCCESS = BACKS_OFF | {ExitCode.RATE_LIMITED, ExitCode.INTERNAL_ERROR}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +111,6 @@ _PAGE = Reading(ExitCode.OK, Next.PAGE)
 _FILE = Reading(ExitCode.UNSUPPORTED_CONTENT, Next.FILE)
 _SITEMAP = Reading(ExitCode.UNSUPPORTED_CONTENT, Next.SITEMAP)
 _NOT_MODIFIED = Reading(ExitCode.NOT_MODIFIED)
-_SERVER_ERROR = Reading(ExitCode.HTTP_SERVER_ERROR)
 _CLIENT_ERROR = Reading(ExitCode.HTTP_CLIENT_ERROR)
 
 
@@ -127,6 +129,10 @@ def read(
     random factor (scheduler.backoff_jitter).
     """
     if isinstance(result, FetchError):
+        if result.exit_code in BACKS_OFF:  # the server failed: the origin backs off
+            level, seconds = backoff(crawler, None, config.politeness, now, jitter)
+            return Reading(result.exit_code, detail=result.detail, pause=seconds,
+                           backoff_level=level)
         return Reading(result.exit_code, detail=result.detail)
     status = result.status
     if status in (429, 503):
@@ -134,6 +140,10 @@ def read(
         level, seconds = backoff(crawler, wait, config.politeness, now, jitter)
         return Reading(ExitCode.RATE_LIMITED, detail=f"paused {seconds:.1f}s", pause=seconds,
                        backoff_level=level)
+    if status >= 500 and status < 600:
+        level, seconds = backoff(crawler, None, config.politeness, now, jitter)
+        return Reading(ExitCode.HTTP_SERVER_ERROR, detail=f"backed off {seconds:.1f}s",
+                       pause=seconds, backoff_level=level)
     if status in REDIRECTS:
         location = result.headers.get("location", "").strip()
         target = normalize(location, url, config.normalize) if location else None
@@ -145,8 +155,6 @@ def read(
         return _NOT_MODIFIED
     if status >= 600 or 300 <= status < 400 or status < 200:
         return Reading(ExitCode.PROTOCOL_ERROR, detail=f"unexpected status {status}")
-    if status >= 500:
-        return _SERVER_ERROR
     if status >= 400:
         return _CLIENT_ERROR
     content_type = result.headers.get("content-type")
@@ -177,7 +185,7 @@ class Settlement:
     patience: int
     finish_reason: str  # why the origin would finish now ("" when it would not)
     retry: bool  # crawled again later in this run
-    reset_backoff: bool  # an answer other than a rate limit ends the origin's backoff
+    reset_backoff: bool  # a success (not a rate limit, nor a failing server) ends the backoff
     link_state: LinkState
     #: seconds until the URL is due again (None when it is retried in this run)
     recrawl_interval: float | None
@@ -194,8 +202,7 @@ def settle(action: CrawlAction, crawler: OriginCrawler, config: CrawlConfig) -> 
     elif action.http_status is not None:
         patience, reason = rules.patience, ""
     retry = code in RETRY_IN_RUN and action.candidate.attempts < rules.max_retries
-    reset = bool(crawler.state.backoff_until) and action.http_status is not None and (
-        code is not ExitCode.RATE_LIMITED and code is not ExitCode.INTERNAL_ERROR
-    )
+    answered = action.http_status is not None and code not in _NOT_A_SUCCESS
+    reset = answered and bool(crawler.state.backoff_until or crawler.state.backoff_level)
     due = None if retry else interval(action, action.candidate, config.recrawl, config.robots)
     return Settlement(patience, reason, retry, reset, link_state(code, retry), due)
