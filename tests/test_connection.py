@@ -402,3 +402,31 @@ def test_requests_beyond_the_pool_bound_wait_for_a_connection_and_all_succeed() 
 
     assert asyncio.run(main()) == [200] * 18
     assert len(open_when_asked) == 18 and max(open_when_asked) <= 2
+
+
+def test_a_response_dripping_under_the_minimum_rate_is_cut() -> None:
+    limits = LIMITS.model_copy(update={"total_timeout": 30, "read_timeout": 5,
+                                       "min_rate": 100, "min_rate_window": 0.5})
+
+    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        for byte in ok(b"x" * 100):  # the head and body at 20 bytes a second
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.05)
+
+    async def main() -> tuple[str, float]:
+        server = await asyncio.start_server(drip, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        started = asyncio.get_running_loop().time()
+        try:
+            async with Fetcher(limits, "courtly-test") as fetcher:
+                with pytest.raises(FetchError) as caught:
+                    await fetcher.get(f"http://127.0.0.1:{port}/")
+        finally:
+            server.close()
+        assert caught.value.exit_code is ExitCode.TIMEOUT
+        return caught.value.detail, asyncio.get_running_loop().time() - started
+
+    detail, took = asyncio.run(main())
+    assert detail.startswith("too slow: ") and "limits.min_rate, 100 bytes a second" in detail
+    assert 0.5 <= took < 2.0  # at the first check, not at the total timeout (30 s)

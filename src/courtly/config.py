@@ -49,6 +49,10 @@ class Limits(_Section):
     first_byte_timeout: float = Field(20.0, gt=0)
     read_timeout: float = Field(20.0, gt=0)
     total_timeout: float = Field(60.0, gt=0)
+    #: bytes a second a response must average from its first byte, checked every min_rate_window
+    #: seconds (a server that drips its headers or body is cut then, not at total_timeout); 0: off
+    min_rate: int = Field(1024, ge=0)
+    min_rate_window: float = Field(10.0, gt=0)
     max_body_size: int = Field(10 * 1024 * 1024, gt=0)
     max_decompressed_size: int = Field(50 * 1024 * 1024, gt=0)
     max_header_size: int = Field(64 * 1024, gt=0)

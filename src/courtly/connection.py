@@ -167,6 +167,7 @@ class Connection(asyncio.Protocol):
         self._read_timeout = limits.read_timeout
         self._first_byte = min(limits.first_byte_timeout, limits.total_timeout)
         self._total = limits.total_timeout
+        self._min_rate, self._rate_window = limits.min_rate, limits.min_rate_window
         self._parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.idle_since = 0.0
@@ -204,6 +205,7 @@ class Connection(asyncio.Protocol):
         self._started = started
         waiter = self._waiter = self._loop.create_future()
         self._last_data = self._loop.time()
+        self._first_data = self._rate_check = float("inf")  # set by the first byte
         self._timer = self._loop.call_at(self._due(), self._on_timer)
         self.transport.write(data)
         return waiter
@@ -213,7 +215,7 @@ class Connection(asyncio.Protocol):
 
     def _due(self) -> float:
         """When a timeout could next be reached (data arriving only moves the read-idle one)."""
-        return min(self._deadline(), self._last_data + self._read_timeout)
+        return min(self._deadline(), self._last_data + self._read_timeout, self._rate_check)
 
     def _on_timer(self) -> None:
         now = self._loop.time()
@@ -222,7 +224,13 @@ class Connection(asyncio.Protocol):
         elif now - self._last_data >= self._read_timeout:
             self._fail(FetchError(ExitCode.TIMEOUT,
                                   f"read-idle timeout ({self._read_timeout}s without data)"))
+        elif now >= self._rate_check and self.received < self._min_rate * (now - self._first_data):
+            self._fail(FetchError(ExitCode.TIMEOUT, (
+                f"too slow: {self.received} bytes in {now - self._first_data:.0f}s "
+                f"(under limits.min_rate, {self._min_rate} bytes a second)")))
         else:
+            if now >= self._rate_check:
+                self._rate_check = now + self._rate_window
             self._timer = self._loop.call_at(self._due(), self._on_timer)
 
     def _fail(self, error: FetchError | LocalError) -> None:
@@ -252,6 +260,12 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         self._last_data = self._loop.time()
+        if not self.received and self._min_rate:  # the transfer rate is watched from here on
+            self._first_data = self._last_data
+            self._rate_check = self._last_data + self._rate_window
+            if self._rate_check < self._timer.when():
+                self._timer.cancel()
+                self._timer = self._loop.call_at(self._rate_check, self._on_timer)
         self.received += len(data)
         if not self.head_done and self.received > self._max_head:
             self._fail(FetchError(ExitCode.TOO_LARGE, f"response head over {self._max_head} "
