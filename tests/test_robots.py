@@ -191,8 +191,9 @@ def test_other_lines_do_not_end_a_group() -> None:
         b"User-agent: courtly\nDisallow: /x\n"
     )
     rules = RobotsRules.parse(body, UA)
-    assert not rules.allowed("/x")
-    assert rules.crawl_delay == 3.0  # the Crawl-delay belongs to the a+courtly group
+    assert not rules.allowed("/x")  # the rule belongs to the a+courtly group
+    assert rules.crawl_delay is None  # the Crawl-delay to the user-agent line above it: a's
+    assert RobotsRules.parse(body, "a/1.0").crawl_delay == 3.0
 
 
 def test_rules_before_any_group_are_ignored() -> None:
@@ -207,10 +208,22 @@ def test_crawl_delay_of_our_group_else_star() -> None:
     body = b"User-agent: *\nCrawl-delay: 10\nDisallow:\nUser-agent: courtly\nCrawl-delay: 2.5\n"
     assert RobotsRules.parse(body, UA).crawl_delay == 2.5
     assert RobotsRules.parse(body, "otherbot").crawl_delay == 10.0
-    # without an Allow/Disallow line between them, both user-agent lines open one group
+    # without an Allow/Disallow line between them, both user-agent lines open one group, but
+    # each Crawl-delay is for the user-agent lines above it
     joined = b"User-agent: *\nCrawl-delay: 10\nUser-agent: courtly\nCrawl-delay: 2.5\n"
-    assert RobotsRules.parse(joined, UA).crawl_delay == 10.0
+    assert RobotsRules.parse(joined, UA).crawl_delay == 2.5
+    assert RobotsRules.parse(joined, "otherbot").crawl_delay == 10.0
     assert RobotsRules.parse(b"User-agent: x\nCrawl-delay: 4\n", UA).crawl_delay is None
+
+
+def test_a_crawl_delay_for_another_agent_is_not_ours() -> None:
+    """The issue's case: Yandex's 30 s is not courtly's, even though the `*` line that follows
+    shares Yandex's group (no Allow/Disallow line between them)."""
+    body = b"User-agent: Yandex\nCrawl-delay: 30\n\nUser-agent: *\nDisallow: /private\n"
+    rules = RobotsRules.parse(body, UA)
+    assert rules.crawl_delay is None
+    assert not rules.allowed("/private/x") and rules.allowed("/public")
+    assert RobotsRules.parse(body, "Yandex/3.0").crawl_delay == 30.0
 
 
 def test_crawl_delay_merged_groups_take_the_largest() -> None:
@@ -273,6 +286,13 @@ def test_robots_txt_is_always_allowed() -> None:
         ("/a b", "/a%20b", False),
         ("/file-%2A.html", "/file-*.html", False),  # %2A is a literal '*'
         ("/file-%2A.html", "/file-x.html", True),
+        ("/file-*.html", "/file-%2a.html", False),  # ... and '*' in a URL is '%2A'
+        ("/price-%24", "/price-$", False),
+        ("/100%", "/100%25", False),  # a '%' starting no escape is "%25", as urls.py writes it
+        ("/100%25", "/100%", False),
+        ("/a%zz", "/a%25zz", False),
+        ("/a%zz", "/a%2Fzz", True),
+        ("/%", "/%2", False),
         ("/a$b", "/a$b/c", False),  # '$' is special only at the end
         ("/a$", "/a", False),
         ("/a$", "/a/", True),

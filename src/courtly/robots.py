@@ -28,15 +28,18 @@ Matching, as applied here:
 - all groups naming our token are merged; if none does, all ``*`` groups are merged; otherwise no
   rule applies. Rules before the first user-agent line are ignored;
 - only Allow/Disallow lines end a run of user-agent lines; Sitemap, Crawl-delay, blank and unknown
-  lines do not. Crawl-delay is the largest valid value in our merged groups;
+  lines do not. A Crawl-delay line is for the user-agent lines above it only (in
+  ``User-agent: a / Crawl-delay: 30 / User-agent: b / Disallow: /x`` both share the rule, only
+  ``a`` the delay); ours is the largest valid value for our token in our merged groups;
 - the URL's path, params and query (fragment dropped) are matched from the first octet; the rule
   with the longest pattern (in octets, after normalisation, counting ``*`` and ``$``) wins, and
   Allow wins a tie; ``*`` matches any run of octets and a trailing ``$`` anchors the end (a ``$``
   elsewhere is literal); a pattern not starting with ``/`` or ``*`` never matches;
 - both sides are normalised alike before comparison: non-ASCII and non-URI octets are
-  percent-encoded, escapes are upper-cased, escapes of unreserved octets are decoded (figure 4),
-  ``%2A`` and ``%24`` compare equal to ``*`` and ``$`` (figure 6); other reserved escapes such as
-  ``%2F`` stay distinct;
+  percent-encoded, then escapes are normalised with urls.py's one table (escapes of unreserved
+  octets decoded, figure 4; the others upper-cased, so ``%2F`` stays distinct from ``/``; a ``%``
+  that starts no escape is ``%25``), and a literal ``*`` or ``$`` is written ``%2A`` / ``%24``
+  (figure 6);
 - ``/robots.txt`` is always allowed; lines are cut at 16663 bytes as google/robotstxt does.
 
 Speed (CPython 3.11, 100-rule group of 70 literal prefixes and 30 wildcard patterns, see
@@ -55,6 +58,8 @@ from typing import Final
 from urllib.parse import quote
 
 import re2
+
+from courtly.urls import normalize_escapes
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
@@ -82,17 +87,9 @@ _VALID_TOKEN = re.compile(r"[A-Za-z_-]+")
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _ABSOLUTE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*([^#]*)")
-_CLEAN = re.compile(r"[A-Za-z0-9\-._~:/?\[\]@!$&'()*+,;=]*")
-
-# Escapes that decode: unreserved octets (RFC 3986), plus '*' and '$' (RFC 9309 figure 6).
-_DECODED: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~*$"
-_ESCAPES: Final = {
-    f"%{hi}{lo}": chr(v) if chr(v) in _DECODED else f"%{v:02X}"
-    for v in range(256)
-    for hi in {f"{v:02X}"[0], f"{v:02x}"[0]}
-    for lo in {f"{v:02X}"[1], f"{v:02x}"[1]}
-}
-_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+# Printable ASCII that needs no work: no escape, no literal '*' or '$', nothing outside a URI
+_CLEAN = re.compile(r"[A-Za-z0-9\-._~:/?\[\]@!&'()+,;=]*")
+_CLEAN_PATTERN = re.compile(r"[A-Za-z0-9\-._~:/?\[\]@!&'()+,;=*]*")  # the same, '*' wildcards
 # Printable ASCII that stays as it is; everything else (controls, space, '"<>\\^`{|}', DEL and
 # non-ASCII) is percent-encoded as UTF-8.
 _QUOTE_SAFE: Final = "%:/?#[]@!$&'()*+,;="
@@ -140,7 +137,9 @@ def valid_product_token(token: str) -> bool:
 
 
 def _normalize(text: str) -> str:
-    """Return ``text`` in the percent-encoding normal form used on both sides of a match."""
+    """Return ``text`` (a path, or a pattern between its wildcards) in the normal form used on
+    both sides of a match: non-URI octets encoded, escapes as urls.py writes them, a literal
+    ``*`` or ``$`` written ``%2A`` / ``%24`` (RFC 9309 figure 6)."""
     if _CLEAN.fullmatch(text):
         return text
     if not _ASCII_OK.fullmatch(text):
@@ -148,12 +147,10 @@ def _normalize(text: str) -> str:
             text = quote(text, safe=_QUOTE_SAFE, errors="surrogateescape")
         except UnicodeEncodeError:
             text = quote(text, safe=_QUOTE_SAFE, errors="replace")
-    return _ESCAPE.sub(_unescape, text) if "%" in text else text
-
-
-def _unescape(match: re.Match[str]) -> str:
-    """Decode an escape of an unreserved octet, '*' or '$'; upper-case any other escape."""
-    return _ESCAPES[match.group()]
+    text = normalize_escapes(text)
+    if "*" in text or "$" in text:
+        text = text.replace("*", "%2A").replace("$", "%24")
+    return text
 
 
 def _request_path(url: str) -> str:
@@ -230,7 +227,10 @@ def _compile_rule(allow: bool, value: str, text: str, line: int) -> _Rule:
     anchored = value.endswith("$")
     if anchored:
         value = value[:-1]
-    parts = [_normalize(part) for part in value.split("*")]
+    if _CLEAN_PATTERN.fullmatch(value):
+        parts = value.split("*")
+    else:
+        parts = [_normalize(part) for part in value.split("*")]
     priority = sum(map(len, parts)) + len(parts) - 1 + anchored  # octets, '*'s and '$' included
     # "a**b" is "a*b": empty parts between stars are dropped (the first and last stay)
     middle = [part for part in parts[1:-1] if part]
@@ -242,8 +242,12 @@ def _compile_rule(allow: bool, value: str, text: str, line: int) -> _Rule:
 class _Group:
     agents: list[str]
     rules: list[tuple[bool, str, str, int]]
-    delays: list[str]
+    delays: list[tuple[str, int]]  # a Crawl-delay value, and how many user-agent lines above it
     has_rules: bool = False
+
+    def first(self, name: str) -> int:
+        """The index of the first user-agent line naming ``name`` ("*" or a token), or -1."""
+        return next((i for i, a in enumerate(self.agents) if _agent_name(a) == name), -1)
 
 
 def _split_line(line: str) -> tuple[str, str] | None:
@@ -403,22 +407,24 @@ class RobotsRules:
                         current.rules.append((key == "allow", value, line, number))
             elif key == "crawl-delay":
                 if current is not None:
-                    current.delays.append(value)
+                    current.delays.append((value, len(current.agents)))
             elif value:  # sitemap: not tied to a group
                 clean = _printable(value)
                 if clean not in sitemaps:
                     sitemaps.append(clean)
 
-        ours = [g for g in groups if token and any(_agent_name(a) == token for a in g.agents)]
+        named = [(g, g.first(token)) for g in groups] if token else []
+        ours = [(g, at) for g, at in named if at >= 0]
         if not ours:
-            ours = [g for g in groups if any(_agent_name(a) == "*" for a in g.agents)]
+            ours = [(g, at) for g in groups if (at := g.first("*")) >= 0]
             label = "*"
         rules = [
             _compile_rule(allow, value, _printable(f"{text} (group {label}, line {line})"), line)
-            for group in ours
+            for group, _ in ours
             for allow, value, text, line in group.rules
         ]
-        delays = [d for g in ours for d in map(_parse_delay, g.delays) if d is not None]
+        delays = [d for g, at in ours for value, above in g.delays
+                  if at < above and (d := _parse_delay(value)) is not None]
         return cls(rules, crawl_delay=max(delays, default=None), sitemaps=sitemaps)
 
     @classmethod

@@ -23,7 +23,13 @@ if TYPE_CHECKING:
     import tldextract
 
 __all__ = [
-    "authority_key", "host_of", "normalize", "normalize_links", "origin_of", "registered_domain",
+    "authority_key",
+    "host_of",
+    "normalize",
+    "normalize_escapes",
+    "normalize_links",
+    "origin_of",
+    "registered_domain",
 ]
 
 _DEFAULT_OPTS = Normalize()
@@ -50,6 +56,12 @@ for _code in range(256):
 
 def _fix_escape(match: re.Match[str]) -> str:
     return _ESCAPES[match.group()]
+
+
+def normalize_escapes(text: str) -> str:
+    """Percent-escapes in normal form (robots.py compares rules and paths with it too):
+    unreserved ones decoded, the others upper-cased, a '%' that starts none written "%25"."""
+    return _ESCAPE_RE.sub(_fix_escape, text) if "%" in text else text
 
 
 def glob_to_regex(glob: str, stay_within: str = "") -> str:
@@ -218,10 +230,8 @@ def _clean(href: str, opts: Normalize) -> str | None:
         if not opts.drop_fragment:
             fragment = href[hash_at:]
         href = href[:hash_at]
-    if "%" in href:
-        href = _ESCAPE_RE.sub(_fix_escape, href)
-    if "%" in fragment:
-        fragment = _ESCAPE_RE.sub(_fix_escape, fragment)
+    href = normalize_escapes(href)
+    fragment = normalize_escapes(fragment)
     path_opts = opts.collapse_slashes or opts.drop_index or opts.drop_trailing_slash
     if not path_opts and "?" not in href and ";" not in href:
         return href + fragment  # the common case: nothing more to do
