@@ -136,13 +136,15 @@ def test_budget_then_resume_crawls_each_page_once(serve, db: Path) -> None:
 
 
 def test_encodings_and_charsets(serve, db: Path) -> None:
-    latin = html("Caf\xe9", ["/gz", "/br", "/bad"]).encode("latin-1")
+    latin = html("Caf\xe9", ["/gz", "/br", "/bad", "/br-bomb"]).encode("latin-1")
     gz = gzip.compress(html("GZ", ["/gz-child"]).encode())
     br = brotli.compress(html("BR", ["/br-child"]).encode())
     site = serve({"a": {
         "/": Page(latin, headers={"Content-Type": "text/html; charset=iso-8859-1"}),
         "/gz": Page(gz, headers={"Content-Type": "text/html", "Content-Encoding": "gzip"}),
         "/br": Page(br, headers={"Content-Type": "text/html", "Content-Encoding": "br"}),
+        "/br-bomb": Page(brotli.compress(b"\0" * (60 << 20), quality=1),  # over 50 MiB decoded
+                         headers={"Content-Type": "text/html", "Content-Encoding": "br"}),
         "/bad": Page(b"<a href='/bad-child'>\xff\xfe\x80</a>",
                      headers={"Content-Type": "text/html; charset=bogus-charset"}),
         "/gz-child": Page(html("c", [])), "/br-child": Page(html("c", [])),
@@ -150,7 +152,11 @@ def test_encodings_and_charsets(serve, db: Path) -> None:
     }})
     assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
     assert set(fetched_paths(site, "a")) == {"/", "/gz", "/br", "/bad", "/gz-child",
-                                             "/br-child", "/bad-child"}
+                                             "/br-child", "/bad-child", "/br-bomb"}
+    code = {url.removeprefix(site.url("a", "")): c["exit_code"]
+            for url, c in candidates(db).items()}
+    assert code["/br"] == "OK"  # brotli >= 1.2: decoded with a cap on what it makes
+    assert code["/br-bomb"] == "TOO_LARGE"
     assert site.hits_for("a")[1].headers.get("Accept-Encoding", "").count("br") == 1
 
 
