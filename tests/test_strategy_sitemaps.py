@@ -47,3 +47,15 @@ def test_looks_like_sitemap_and_gunzip_limit() -> None:
     assert not looks_like_sitemap("http://a/page.xml", "text/html", b"<html>")
     assert len(gunzip(gzip.compress(b"x" * 10_000), limit=100)) == 100
     assert gunzip(b"plain") == b"plain"
+    assert gunzip(b"\x1f\x8bnot gzip") == b""
+
+
+def test_a_gzipped_sitemap_of_several_members_is_read_whole_and_a_bomb_is_cut() -> None:
+    """gunzip is the fetcher's bounded Decoder: every gzip member, never past the limit."""
+    first = gzip.compress(f"<urlset {NS}><url><loc>http://a/1</loc></url>".encode())
+    second = gzip.compress(b"<url><loc>http://a/2</loc></url></urlset>")
+    sitemap = parse_sitemap(first + second)
+    assert sitemap is not None and sitemap.locs == ["http://a/1", "http://a/2"]
+    member = gzip.compress(b"\0" * (8 << 20))
+    bomb = gzip.compress(b"<urlset>") + member * 10  # 80 MiB in ten members
+    assert len(gunzip(bomb, limit=1 << 20)) == 1 << 20

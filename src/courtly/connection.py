@@ -85,10 +85,16 @@ def deadline_error(first_byte: float, total: float, head_done: bool) -> FetchErr
 
 
 class Decoder:
-    """Content-Encoding decoder with a cap on the decoded size (a bomb is cut off, not inflated)."""
+    """Content-Encoding decoder with a cap on the decoded size (a bomb is cut off, not inflated):
+    courtly's one decompressor, for response bodies and for gzipped sitemap files.
 
-    def __init__(self, encoding: str, limit: int) -> None:
+    Past the limit, feed() raises TOO_LARGE; with truncate, it returns the first `limit` bytes
+    and nothing after.
+    """
+
+    def __init__(self, encoding: str, limit: int, truncate: bool = False) -> None:
         self.limit = limit
+        self.truncate = truncate
         self.size = 0
         self._zlib: Any = None
         self._brotli: Any = None
@@ -114,6 +120,8 @@ class Decoder:
             assert isinstance(out, bytes)
         except (zlib.error, brotli.error) as exc:
             raise FetchError(ExitCode.PROTOCOL_ERROR, f"bad compressed body: {exc}") from None
+        if self.truncate and self.size + len(out) > self.limit:
+            out = out[: self.limit - self.size]
         self._count(len(out))
         return out
 

@@ -7,12 +7,12 @@ expression, as search engines do. Limits follow the protocol: 50,000 entries, 50
 
 from __future__ import annotations
 
-import gzip
 import html
 import re
-import zlib
 from dataclasses import dataclass, field
 from xml.etree import ElementTree
+
+from courtly.connection import Decoder, FetchError
 
 MAX_ENTRIES = 50_000
 MAX_UNCOMPRESSED = 50 * 1024 * 1024
@@ -48,17 +48,14 @@ def looks_like_sitemap(url: str, content_type: str | None, body: bytes) -> bool:
 
 
 def gunzip(body: bytes, limit: int = MAX_UNCOMPRESSED) -> bytes:
-    """Decompress a gzip body up to `limit` bytes (a body that is not gzip is returned as is)."""
+    """The first `limit` bytes of a gzip body, every member (a body that is not gzip is returned
+    as is; one that does not decode gives b"")."""
     if not body.startswith(_GZIP_MAGIC):
         return body
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
-        return inflater.decompress(body, limit)
-    except zlib.error:
-        try:
-            return gzip.decompress(body)[:limit]
-        except (OSError, EOFError, zlib.error):
-            return b""
+        return Decoder("gzip", limit, truncate=True).feed(body)
+    except FetchError:
+        return b""
 
 
 def parse_sitemap(body: bytes, limit: int = MAX_ENTRIES) -> Sitemap | None:
