@@ -15,7 +15,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from courtly.config import Normalize
-from courtly.urls import host_of, normalize, normalize_links, origin_of, registered_domain
+from courtly.urls import (
+    host_of,
+    normalize,
+    normalize_links,
+    origin_of,
+    registered_domain,
+    split_authority,
+    split_url,
+)
 
 KEEP_ALL = Normalize(sort_query=False, remove_params=[], drop_fragment=False)
 
@@ -506,3 +514,27 @@ def test_origin_agrees_with_normalize(url: str) -> None:
 
 def test_invalid_glob_is_matched_literally() -> None:
     assert n("http://a/?[z-a]=1&b=2", remove_params=["[z-a]"]) == "http://a/?b=2"
+
+
+@pytest.mark.parametrize(("url", "parts"), [
+    ("http://www.ics.uci.edu/pub/ietf/uri/#Related",  # RFC 3986 appendix B's own example
+     ("http", "www.ics.uci.edu", "/pub/ietf/uri/", None, "Related")),
+    ("https://u:p@h:81/a?b=1&c#f", ("https", "u:p@h:81", "/a", "b=1&c", "f")),
+    ("http://h?q", ("http", "h", "", "q", None)),
+    ("http://h/p?", ("http", "h", "/p", "", None)),
+    ("/a/b?c", (None, None, "/a/b", "c", None)),
+    ("mailto:x@y", ("mailto", None, "x@y", None, None)),
+    ("//h/a", (None, "h", "/a", None, None)),
+    ("", (None, None, "", None, None)),
+])
+def test_one_splitter_cuts_a_url_in_five_parts_as_written(url: str, parts: tuple[Any, ...]
+                                                         ) -> None:
+    assert split_url(url) == parts
+
+
+@pytest.mark.parametrize(("authority", "host", "port"), [
+    ("h", "h", ""), ("h:8080", "h", "8080"), ("u:p@h:1", "h", "1"), ("[::1]", "[::1]", ""),
+    ("[::1]:8443", "[::1]", "8443"), ("user@[2001:db8::1]:80", "[2001:db8::1]", "80"),
+])
+def test_an_authority_splits_into_host_and_port(authority: str, host: str, port: str) -> None:
+    assert split_authority(authority) == (host, port)

@@ -31,6 +31,7 @@ from courtly.proxy import (
     proxy_socket,
     refused,
 )
+from courtly.urls import split_authority, split_url
 
 __all__ = ["Addresses", "FetchError", "Fetcher", "GuardedResolver", "HttpResponse", "LocalError",
            "Resolver", "SystemResolver", "address_allowed"]
@@ -149,27 +150,20 @@ def _endpoint(scheme: str, authority: str) -> _Endpoint:
     """The endpoint of "scheme://authority" (ValueError if it names none)."""
     if scheme not in _DEFAULT_PORTS:
         raise ValueError(f"not an http(s) URL scheme: {scheme!r}")
-    hostport = authority.rpartition("@")[2].lower()  # credentials are never sent
-    if hostport.startswith("["):
-        end = hostport.find("]")
-        host, port_text = hostport[1:end], hostport[end + 1:].removeprefix(":")
-    else:
-        host, _, port_text = hostport.partition(":")
-    port = int(port_text) if port_text else _DEFAULT_PORTS[scheme]
+    host, port_text = split_authority(authority.lower())  # credentials are never sent
+    host = host[1:-1] if host.startswith("[") else host
+    port = int(port_text) if port_text.isdigit() else -1 if port_text else _DEFAULT_PORTS[scheme]
     if not host or not 0 < port < 65536:
         raise ValueError(f"no host or a bad port in {authority!r}")
-    return _Endpoint(scheme, host, port, hostport)
+    return _Endpoint(scheme, host, port, authority.rpartition("@")[2].lower())
 
 
 def _split(url: str) -> tuple[_Endpoint, str]:
     """A URL's endpoint and request target (path and query); FetchError for a URL without."""
-    scheme, _, rest = url.partition("://")
-    slash = rest.find("/")
-    authority, target = (rest, "/") if slash < 0 else (rest[:slash], rest[slash:])
-    if "?" in authority or "#" in authority:  # "http://host?q": an empty path
-        authority, _, query = authority.partition("#")[0].partition("?")
-        target = "/?" + query if query else "/"
-    target = target.partition("#")[0]
+    scheme, authority, path, query, _ = split_url(url)
+    target = (path or "/") + ("" if query is None else "?" + query)
+    if scheme is None or authority is None:
+        raise FetchError(ExitCode.NETWORK_ERROR, f"not an http(s) URL: {url[:200]!r}")
     if not target.isprintable() or " " in target:
         raise FetchError(ExitCode.NETWORK_ERROR, f"URL not sendable in a request: {url[:200]!r}")
     try:

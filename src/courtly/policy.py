@@ -19,7 +19,14 @@ from urllib.parse import unquote_plus
 
 import re2
 
-from courtly.urls import authority_key, glob_to_regex, host_of, origin_of, registered_domain
+from courtly.urls import (
+    authority_key,
+    glob_to_regex,
+    host_of,
+    origin_of,
+    registered_domain,
+    split_url,
+)
 
 if TYPE_CHECKING:
     from courtly.config import Policies, QueryParameters, Traps
@@ -151,19 +158,9 @@ def _query_rule(entry: QueryParameters) -> _QueryRule:
 
 
 def _split(url: str) -> tuple[str, str]:
-    """(path, query) of an absolute URL, by string slicing (the URL is already normalized)."""
-    start = url.find("://")
-    start = start + 3 if start >= 0 else 0
-    end = len(url)
-    hash_at = url.find("#", start)
-    if hash_at >= 0:
-        end = hash_at
-    query_at = url.find("?", start, end)
-    path_end = query_at if query_at >= 0 else end
-    slash = url.find("/", start, path_end)
-    path = url[slash:path_end] if slash >= 0 else "/"
-    query = url[query_at + 1 : end] if query_at >= 0 else ""
-    return path, query
+    """(path, query) of an absolute URL ("/" and "" when absent)."""
+    _, _, path, query, _ = split_url(url)
+    return path or "/", query or ""
 
 
 def _param_names(query: str) -> list[str]:

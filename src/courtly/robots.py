@@ -58,13 +58,15 @@ import bisect
 import math
 import re
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 from urllib.parse import quote
 
 import re2
 
-from courtly.urls import normalize_escapes
-from courtly.wildcards import WildcardSet
+if TYPE_CHECKING:
+    from courtly.wildcards import WildcardSet
+
+from courtly.urls import normalize_escapes, split_url
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
@@ -92,8 +94,7 @@ _VALID_TOKEN = re.compile(r"[A-Za-z_-]+")
 #: wildcard rules of at most this many parts in all go to one RE2 set, more to a WildcardSet
 _RE2_PARTS: Final = 2000
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
-_ABSOLUTE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*([^#]*)")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 # Printable ASCII that needs no work: no escape, no literal '*' or '$', nothing outside a URI
 _CLEAN = re.compile(r"[A-Za-z0-9\-._~:/?\[\]@!&'()+,;=]*")
 _STARS = re.compile(r"\*{2,}")
@@ -162,36 +163,13 @@ def _normalize(text: str) -> str:
 
 
 def _request_path(url: str) -> str:
-    """Return the path, params and query of ``url`` (or of a bare path), fragment dropped."""
-    if url[:1] == "/" and url[1:2] != "/":
-        return url.partition("#")[0]
-    absolute = _ABSOLUTE_URL.match(url)
-    if absolute is not None:
-        path = absolute.group(1)
-        return path if path[:1] == "/" else "/" + path
-    scheme = _SCHEME.match(url)
-    rest = url[scheme.end() :] if scheme else url
-    if rest.startswith("//"):
-        rest = rest[2:]
-    elif scheme:  # "http:/a", "mailto:x": no authority
-        return _fix_path(rest)
-    # authority (or, for a schemeless "example.com/a", the host) up to '/', '?' or '#'
-    end = len(rest)
-    for sep in "/?#":
-        pos = rest.find(sep)
-        if 0 <= pos < end:
-            end = pos
-    return _fix_path(rest[end:])
-
-
-def _fix_path(path: str) -> str:
-    """Drop a fragment and make sure the path starts with '/'."""
-    hash_pos = path.find("#")
-    if hash_pos >= 0:
-        path = path[:hash_pos]
-    if not path.startswith("/"):
-        path = "/" + path
-    return path
+    """Return the path, params and query of ``url`` (absolute, a bare path, or a host and path
+    without a scheme as google/robotstxt reads them), fragment dropped, starting with '/'."""
+    scheme, authority, path, query, _ = split_url(url)
+    if authority is None and path[:1] != "/" and (scheme is None or not _SCHEME.fullmatch(scheme)):
+        _, _, path, query, _ = split_url("//" + url)  # "example.com/a": a host comes first
+    path = path if path[:1] == "/" else "/" + path
+    return path if query is None else f"{path}?{query}"
 
 
 class _Rule(NamedTuple):
@@ -360,8 +338,11 @@ class RobotsRules:
         self._lengths = sorted(self._prefixes, reverse=True)
         self._wild = wild
         self._wild_set = _compile_set(wild)
-        self._wild_many = None if self._wild_set is not None or not wild else WildcardSet(
-            [(rule.segments, rule.anchored) for rule in wild])
+        self._wild_many: WildcardSet | None = None
+        if self._wild_set is None and wild:
+            from courtly.wildcards import WildcardSet  # numpy: loaded only for a hostile file
+
+            self._wild_many = WildcardSet([(rule.segments, rule.anchored) for rule in wild])
         self._wild_keys = [(-rule.priority, not rule.allow) for rule in wild]
 
     @classmethod

@@ -30,6 +30,8 @@ __all__ = [
     "normalize_links",
     "origin_of",
     "registered_domain",
+    "split_authority",
+    "split_url",
 ]
 
 _DEFAULT_OPTS = Normalize()
@@ -259,19 +261,38 @@ def _clean(href: str, opts: Normalize) -> str | None:
     return href[:path_start] + path + query_part + fragment
 
 
+#: RFC 3986 appendix B: scheme, authority, path, query, fragment (a part absent: None)
+_PARTS = re.compile(r"(?:([^:/?#]+):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#(.*))?", re.S)
+UrlParts = tuple[str | None, str | None, str, str | None, str | None]
+
+
+def split_url(url: str) -> UrlParts:
+    """A URL (or a reference) cut into its five parts as written, RFC 3986 appendix B: courtly's
+    one URL splitter (no decoding, no checking; the path may be "")."""
+    return _PARTS.match(url).groups()  # type: ignore[union-attr,return-value]  # always matches
+
+
+def split_authority(authority: str) -> tuple[str, str]:
+    """Host (an IPv6 address keeps its brackets) and port ("" if none); user info dropped."""
+    hostport = authority.rpartition("@")[2]
+    if hostport.startswith("["):
+        end = hostport.find("]") + 1
+        if end:
+            return hostport[:end], hostport[end:].removeprefix(":")
+    host, _, port = hostport.partition(":")
+    return host, port
+
+
 def _scheme_host_port(url: str) -> tuple[str, str, str]:
     """Scheme, host and port (default filled in) of an http(s) URL; ValueError otherwise."""
     href = _href(url, None)
     if href is None:
         raise ValueError(f"not a valid URL: {url!r}")
-    scheme, _, rest = href.partition("://")
-    if scheme not in _DEFAULT_PORTS:
+    scheme, authority, _, _, _ = split_url(href)
+    if scheme not in _DEFAULT_PORTS or authority is None:
         raise ValueError(f"not an http(s) URL: {url!r}")
-    authority = rest[: rest.find("/")].rpartition("@")[2]  # ada always serializes a path
-    if authority.endswith("]") or ":" not in authority:  # no port: ada dropped the default one
-        return scheme, authority, _DEFAULT_PORTS[scheme]
-    host, _, port = authority.rpartition(":")
-    return scheme, host, port
+    host, port = split_authority(authority)
+    return scheme, host, port or _DEFAULT_PORTS[scheme]  # ada drops a default port
 
 
 def authority_key(url: str) -> str:
