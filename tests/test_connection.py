@@ -244,10 +244,10 @@ def test_a_host_name_is_resolved_once_and_each_address_tried() -> None:
     async def client(f: Fetcher, base: str) -> tuple[list[int], list[str]]:
         url = base.replace("127.0.0.1", "localhost")
         statuses = [(await f.get(f"{url}/a")).status, (await f.get(f"{url}/b")).status]
-        return statuses, list(f._dns)
+        return statuses, f.dns.lookups
 
-    (statuses, resolved), server = run(lambda c, r, h: (ok(), False), client)
-    assert statuses == [200, 200] and resolved == ["localhost"]
+    (statuses, lookups), server = run(lambda c, r, h: (ok(), False), client)
+    assert statuses == [200, 200] and lookups == 1
     assert server.connections == 1
     assert f"Host: localhost:{server.port}" in server.heads[0][1]
 
@@ -430,3 +430,76 @@ def test_a_response_dripping_under_the_minimum_rate_is_cut() -> None:
     detail, took = asyncio.run(main())
     assert detail.startswith("too slow: ") and "limits.min_rate, 100 bytes a second" in detail
     assert 0.5 <= took < 2.0  # at the first check, not at the total timeout (30 s)
+
+class _CountingResolver:
+    """Every name is 127.0.0.1, after a moment; counts the names it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def resolve(self, host: str, port: int) -> fetch.Addresses:
+        self.asked.append(host)
+        await asyncio.sleep(0.05)
+        return [("127.0.0.1", socket.AF_INET)]
+
+
+def test_a_host_is_resolved_once_for_many_requests_at_once() -> None:
+    """Five origins (ports) of one host name fetched together: one lookup, shared."""
+    servers = [KeepAliveServer(lambda c, r, h: (ok(), False)) for _ in range(5)]
+    resolver = _CountingResolver()
+
+    async def main() -> tuple[list[int], str | None]:
+        listening = [await s.start() for s in servers]
+        try:
+            async with Fetcher(LIMITS, "courtly-test") as f:
+                f._resolver = resolver
+                responses = await asyncio.gather(
+                    *(f.get(f"http://shared.test:{s.port}/") for s in servers))
+                return [r.status for r in responses], f.dns.address("shared.test")
+        finally:
+            for server in listening:
+                server.close()
+
+    statuses, address = asyncio.run(main())
+    assert statuses == [200] * 5 and resolver.asked == ["shared.test"]
+    assert address == "127.0.0.1"  # what a politeness key by address would group by
+
+
+def test_dns_answers_expire_and_the_least_recently_used_host_is_forgotten() -> None:
+    limits = LIMITS.model_copy(update={"dns_cache_size": 2, "dns_ttl": 0.3})
+    resolver = _CountingResolver()
+
+    async def main(base: str) -> list[str]:
+        async with Fetcher(limits, "courtly-test") as f:
+            f._resolver = resolver
+            for name in ("a.test", "b.test", "a.test", "c.test"):  # c forgets b, not a
+                await f.get(base.replace("127.0.0.1", name) + "/")
+            assert len(f.dns) == 2 and f.dns.address("b.test") is None
+            await f.get(base.replace("127.0.0.1", "a.test") + "/")  # still kept
+            await asyncio.sleep(0.35)  # past the TTL
+            await f.get(base.replace("127.0.0.1", "a.test") + "/")
+        return resolver.asked
+
+    server = KeepAliveServer(lambda c, r, h: (ok(), True))  # a new connection each time
+
+    async def serve_and_run() -> list[str]:
+        listening = await server.start()
+        try:
+            return await main(f"http://127.0.0.1:{server.port}")
+        finally:
+            listening.close()
+
+    assert asyncio.run(serve_and_run()) == ["a.test", "b.test", "c.test", "a.test"]
+
+
+def test_after_a_shortage_the_pool_grows_back_a_connection_at_a_time() -> None:
+    async def client(f: Fetcher, base: str) -> list[int]:
+        f.pool.shrink()  # what running out of descriptors with no socket open leaves: 1
+        limits = [f.pool.limit]
+        for i in range(3):  # the last local error is long past: each new connection adds one
+            await f.get(f"{base}/{i}")
+            limits.append(f.pool.limit)
+        return limits
+
+    limits, server = run(lambda c, r, h: (ok(), True), client)  # a new connection each time
+    assert limits == [1, 2, 3, 4] and server.connections == 3

@@ -67,6 +67,8 @@ class Limits(_Section):
     #: how long a request waits for courtly's own machine (descriptors, memory) before the
     #: crawl stops
     local_error_wait: float = Field(60.0, gt=0)
+    dns_cache_size: int = Field(10_000, ge=1)  # host names whose addresses are kept
+    dns_ttl: float = Field(300.0, ge=0)  # seconds an answer is kept
 
 
 class Normalize(_Section):

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from courtly.config import CrawlConfig, Limits
 from courtly.connection import Connection, FetchError, LocalError, deadline_error, is_local
+from courtly.dns import Addresses, DnsCache
 from courtly.errors import one_line
 from courtly.model import ExitCode
 from courtly.pool import Pool, Slot, connection_limit
@@ -42,7 +43,8 @@ log = logging.getLogger(__name__)
 _IDLE_PER_ENDPOINT = 2
 #: the longest pause between two tries while courtly's own machine is out of resources
 _LOCAL_PAUSE_MAX = 1.0
-_DNS_TTL = 300.0
+#: seconds without a local error after which each new connection lets the pool grow by one
+RECOVER_AFTER = 5.0
 #: seconds before the next address is tried while a connection attempt is still pending
 NEXT_ATTEMPT = 0.25
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -79,8 +81,6 @@ def address_allowed(address: str, allowed_hosts: Iterable[str] = ()) -> bool:
     )
 
 
-#: a resolver's answer: the (address, address family) pairs to connect to, in order
-Addresses = list[tuple[str, int]]
 
 
 class Resolver(Protocol):
@@ -211,11 +211,12 @@ class Fetcher:
         self._resolver: Resolver = (
             SystemResolver() if limits.allow_private_addresses
             else GuardedResolver(self._allowed))
-        self._dns: dict[str, tuple[float, Addresses]] = {}
-        self._dns_sweep_at = 0.0
+        #: the resolver's answers by host (dns.py); `dns.address(host)` is where host went
+        self.dns = DnsCache(limits.dns_cache_size, limits.dns_ttl, time.monotonic)
         self._tls: ssl.SSLContext | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._short_of_resources = False  # a local error since the last connection opened
+        self._last_local_error = float("-inf")  # the loop's time of the last one
 
     @classmethod
     def for_crawl(cls, config: CrawlConfig, allowed_hosts: Iterable[str]) -> Fetcher:
@@ -311,7 +312,7 @@ class Fetcher:
         `limits.local_error_wait` seconds. Returns when this request first met the error."""
         loop = self._loop
         assert loop is not None
-        now = loop.time()
+        now = self._last_local_error = loop.time()
         since = now if since is None else since
         self.pool.shrink()
         wait = self.limits.local_error_wait
@@ -346,6 +347,8 @@ class Fetcher:
             async with asyncio.timeout_at(min(now + lim.connect_timeout, started + first_byte)):
                 conn = await self._open(endpoint, slot)
             self._short_of_resources = False
+            if self._loop.time() - self._last_local_error > RECOVER_AFTER:  # type: ignore[union-attr]
+                self.pool.grow()  # back towards its bound, a connection at a time
             return conn
         except TimeoutError:
             if connect_first:
@@ -438,24 +441,15 @@ class Fetcher:
             raise
 
     async def _resolve(self, host: str, port: int) -> Addresses:
-        """The addresses to connect to (the resolver's answers, kept for _DNS_TTL seconds)."""
-        now = self._loop.time()  # type: ignore[union-attr]
-        known = self._dns.get(host)
-        if known is not None and known[0] > now:
-            return known[1]
+        """The addresses to connect to: the resolver's answers, through the DNS cache."""
         try:
-            addresses = await self._resolver.resolve(host, port)
+            return await self.dns.resolve(host, port, self._resolver.resolve)
         except _BlockedAddress as exc:
             raise FetchError(ExitCode.BLOCKED_ADDRESS, str(exc)) from None
         except OSError as exc:
             if is_local(exc):
                 raise LocalError(f"resolve: {one_line(exc)}") from None
             raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {one_line(exc)}") from None
-        if now >= self._dns_sweep_at:  # forget expired answers
-            self._dns_sweep_at = now + _DNS_TTL
-            self._dns = {h: v for h, v in self._dns.items() if v[0] > now}
-        self._dns[host] = (now + _DNS_TTL, addresses)
-        return addresses
 
     def _release(self, endpoint: _Endpoint, conn: Connection) -> None:
         """Keep a connection whose response ended cleanly; close any other."""

@@ -70,6 +70,7 @@ class Pool(Generic[K]):
                  per_endpoint: int) -> None:
         self._loop = loop
         self.limit = limit
+        self.ceiling = limit  # the bound it started with (shrink lowers limit, grow restores it)
         self.keep_alive = keep_alive
         self._per_endpoint = per_endpoint
         self.open = 0  # slots held
@@ -111,6 +112,16 @@ class Pool(Generic[K]):
         1), so the process stays under its real limit, and close every idle connection."""
         self.limit = max(1, min(self.limit, self.open))
         self._evict(len(self._lru))
+
+    def grow(self) -> None:
+        """One more socket allowed again after a shrink, up to the bound the pool started with."""
+        if self.limit < self.ceiling:
+            self.limit += 1
+            while self.open < self.limit and self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    self.open += 1
+                    waiter.set_result(Slot(self))
 
     # -- idle connections ------------------------------------------------------------------
     def take(self, key: K) -> Connection | None:
