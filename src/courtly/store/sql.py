@@ -14,6 +14,7 @@ from courtly import clock, dedup
 from courtly.model import (
     Candidate,
     CrawlAction,
+    ExitCode,
     Link,
     LinkState,
     StoredPage,
@@ -24,20 +25,18 @@ from courtly.store.base import OriginState, StoreError
 from courtly.store.schema import MIGRATIONS
 from courtly.store.seen import SeenCache
 
-#: whether any page shares one of a signature's band keys: one index probe per key (a page with
-#: no near-duplicate, the common case, is settled by this alone)
-_ANY_KEY = " UNION ALL ".join(["SELECT 1 FROM near_dup_keys WHERE key = ?"] * dedup.BANDS) + (
-    " LIMIT 1"
-)
-#: the pages that share a band key, for their whole signatures: the keys first (index), then
+#: the pages that share a band key, at most dedup.MEMBERS a key (the first indexed: a bucket's
+#: representatives), with their URLs, exit codes and signatures: one index probe per key, then
 #: each page by primary key (a planner must not start from candidates: PostgreSQL did, 5 ms a
-#: page at 400 pages)
+#: page at 400 pages). Bounded whatever the crawl's size: templated pages share keys by chance
 _SHARING_A_KEY = (
-    "SELECT c.id, c.url, n.signature FROM (SELECT DISTINCT candidate FROM near_dup_keys "
-    f"WHERE key IN ({', '.join('?' * dedup.BANDS)}) LIMIT 500) hits "
-    "JOIN candidates c ON c.id = hits.candidate "
-    "JOIN near_dup n ON n.candidate = hits.candidate "
-    "WHERE c.url <> ? AND c.exit_code = 'OK'"
+    "SELECT hits.key, c.url, c.exit_code, n.signature FROM ("
+    + " UNION ALL ".join(
+        f"SELECT key, candidate FROM (SELECT key, candidate FROM near_dup_keys WHERE key = ? "
+        f"LIMIT {dedup.MEMBERS}) AS band{i}" for i in range(dedup.BANDS)
+    )
+    + ") AS hits LEFT JOIN candidates c ON c.id = hits.candidate "
+    "LEFT JOIN near_dup n ON n.candidate = hits.candidate"
 )
 _INSERT_KEYS = (  # a page's band keys in one statement
     "INSERT INTO near_dup_keys (key, candidate) VALUES "
@@ -345,7 +344,8 @@ class SqlStore:
                      action.detail, action.recrawl_interval, c.id),
                 )
             if action.near_signature is not None:
-                self._save_signature(c.id, action.near_signature, c.exit_code is not None)
+                self._save_signature(c.id, action.near_signature, c.exit_code is not None,
+                                     action.exit_code == ExitCode.OK)
             if action.redirect_target is not None and action.http_status is not None:
                 self._x(
                     "INSERT INTO redirects (url, target, status, seen) VALUES (?, ?, ?, ?) "
@@ -395,8 +395,16 @@ class SqlStore:
                 (*row, original),
             )
 
-    def _save_signature(self, candidate: int, signature: bytes, crawled_before: bool) -> None:
-        """Store a page's MinHash signature and its band keys (in the caller's transaction).
+    @functools.cached_property
+    def _crowded(self) -> dict[bytes, frozenset[int]]:
+        """The band keys whose buckets find_similar saw full, by signature (the last few)."""
+        return {}
+
+    def _save_signature(self, candidate: int, signature: bytes, crawled_before: bool,
+                        indexed: bool) -> None:
+        """Store a page's MinHash signature and, if `indexed` (an OK page), its band keys (in
+        the caller's transaction); a key whose bucket already holds dedup.MEMBERS pages is not
+        added (a lookup compares no more).
 
         A page crawled before may have a signature: its keys are replaced. A first crawl has none
         to read (a second worker crawling it after a lost lease only leaves unused keys).
@@ -419,21 +427,35 @@ class SqlStore:
             "DO UPDATE SET signature = excluded.signature",
             (candidate, signature),
         )
-        self._x(_INSERT_KEYS, [v for key in dedup.band_keys(signature) for v in (key, candidate)])
+        crowded = self._crowded.pop(signature, frozenset())
+        added = [key for key in dedup.band_keys(signature) if key not in crowded] if indexed else []
+        if len(added) == dedup.BANDS:
+            self._x(_INSERT_KEYS, [v for key in added for v in (key, candidate)])
+        elif added:
+            self._xmany("INSERT INTO near_dup_keys (key, candidate) VALUES (?, ?) "
+                        "ON CONFLICT DO NOTHING", [(key, candidate) for key in added])
 
     def find_similar(
         self, signature: bytes, url: str, min_similarity: float
     ) -> tuple[str, float] | None:
         keys = dedup.band_keys(signature)
-        if self._x(_ANY_KEY, keys).fetchone() is None:
-            return None
-        rows = self._x(_SHARING_A_KEY, (*keys, url)).fetchall()
+        rows = self._x(_SHARING_A_KEY, keys).fetchall()
+        members: dict[int, int] = {}
         best: tuple[str, float] | None = None
-        for _, other, stored in rows:
+        compared = {url}
+        for key, other, exit_code, stored in rows:
+            members[key] = members.get(key, 0) + 1
+            if other is None or other in compared or exit_code != "OK" or stored is None:
+                continue
+            compared.add(other)
             stored = self._cell("near_dup", "signature", str(other), _signature, stored)
             score = dedup.similarity(signature, stored)
             if score >= min_similarity and (best is None or score > best[1]):
                 best = (str(other), score)
+        crowded = self._crowded
+        if len(crowded) >= 64:
+            del crowded[next(iter(crowded))]
+        crowded[signature] = frozenset(k for k, n in members.items() if n >= dedup.MEMBERS)
         return best
 
     def states(self, urls: list[str]) -> dict[str, LinkState]:
