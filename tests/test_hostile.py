@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from courtly.model import COSTS_PATIENCE, ExitCode, Link
-from courtly.parse import PARSE_AS_IS, flatten, parse_html
+from courtly.nesting import flatten
+from courtly.parse import PARSE_AS_IS, parse_html
 from courtly.site import Page, html
 from courtly.store.sqlite import SqliteStore
 from tests.conftest import courtly, courtly_process, fetched_paths, rows

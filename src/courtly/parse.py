@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import codecs
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from selectolax.lexbor import LexborHTMLParser
@@ -15,24 +17,11 @@ _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
 
 #: HTML past this many bytes is not parsed (a DOM costs 10-30 times the HTML it is built from)
 MAX_PARSE_BYTES = 4 * 1024 * 1024
-#: elements nested deeper than this are dropped before parsing (deep nesting is quadratic)
-MAX_NESTING = 256
 _MAX_ANCHOR = 1000  # characters of anchor text kept per link
-#: tags never dropped: void elements, optional end tags, and what the crawler reads
-_FLAT = frozenset({
-    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
-    "source", "track", "wbr", "keygen", "p", "li", "dt", "dd", "tr", "td", "th", "option",
-    "optgroup", "rb", "rt", "rp", "thead", "tbody", "tfoot", "colgroup", "caption", "html",
-    "head", "body", "a", "title",
-})
-#: opening or closing tags of the elements that nest (the others are skipped by the regex engine)
-_TAG = re.compile(
-    r"<(/?)(?!(?:" + "|".join(sorted(_FLAT)) + r")[\s/>])([a-zA-Z][a-zA-Z0-9:-]*)[^<>]*?(/?)>",
-    re.I,
-)
-#: pages with at most this many "<" are parsed as they are: lexbor parses even that many
-#: nested elements in under 10 ms (beyond, nesting is quadratic); flattening costs as much
-PARSE_AS_IS = 2000
+#: pages with at most this many "<" (an ordinary page of up to ~200 KB) are parsed as they are,
+#: with no guard to pay: lexbor parses the worst nesting that many tags allow (`<div>`, `<ul><li>`,
+#: `<dl><dt>`, `<blockquote>`) in about 40 ms, the time of a 2 MB page (beyond, it is quadratic)
+PARSE_AS_IS = 6000
 
 
 #: a raw link as written in the page (not yet resolved): href, anchor text, rel="nofollow"
@@ -61,11 +50,12 @@ def _valid_codec(name: str) -> str | None:
         return None
 
 
-def decode(body: bytes, content_type: str | None) -> str:
-    """Decode a page: BOM, header charset, <meta charset>, then UTF-8; never raises."""
+def _encoding(body: bytes, content_type: str | None) -> tuple[str, int]:
+    """The page's encoding (BOM, header charset, <meta charset>, else UTF-8) and its BOM's
+    length."""
     for bom, enc in _BOMS:
         if body.startswith(bom):
-            return body[len(bom):].decode(enc, errors="replace")
+            return enc, len(bom)
     charset = None
     if content_type:
         m = _HEADER_CHARSET.search(content_type)
@@ -75,33 +65,25 @@ def decode(body: bytes, content_type: str | None) -> str:
         charset = _valid_codec(m2.group(1).decode("ascii")) if m2 else None
     if charset in (None, "utf-16-le", "utf-16-be", "utf-16", "utf-32"):  # a meta can't be UTF-16
         charset = "utf-8"
+    return charset, 0
+
+
+def decode(body: bytes, content_type: str | None) -> str:
+    """Decode a page: BOM, header charset, <meta charset>, then UTF-8; never raises."""
+    charset, skip = _encoding(body, content_type)
     try:
-        return body.decode(charset, errors="replace")
+        return body[skip:].decode(charset, errors="replace")
     except (LookupError, ValueError):
-        return body.decode("utf-8", errors="replace")
+        return body[skip:].decode("utf-8", errors="replace")
 
 
-def flatten(html: str, max_depth: int = MAX_NESTING) -> str:
-    """Drop the opening and closing tags of elements nested deeper than max_depth.
-
-    A rough tag scan (linear time), not a parser: the depth counts elements that nest; what
-    the crawler reads (links, base, canonical, meta robots, title) is never dropped. A regular
-    expression's sub with a callback: about 7,000 instructions a tag (as many as a loop over
-    `split("<")` written by hand), so it runs only on pages with more than PARSE_AS_IS tags.
-    """
-    depth = 0
-
-    def visit(m: re.Match[str]) -> str:
-        nonlocal depth
-        if m.group(3):
-            return m.group(0)
-        if m.group(1):  # a closing tag
-            depth = max(0, depth - 1)
-            return m.group(0) if depth < max_depth else ""
-        depth += 1
-        return m.group(0) if depth <= max_depth else ""
-
-    return _TAG.sub(visit, html)
+def utf8(body: bytes, content_type: str | None) -> bytes:
+    """The page in UTF-8, what lexbor parses (it replaces invalid sequences itself): a UTF-8
+    body as it is, without decoding and encoding it again."""
+    charset, skip = _encoding(body, content_type)
+    if charset == "utf-8":
+        return body[skip:] if skip else body
+    return decode(body, content_type).encode()
 
 
 def robots_directives(value: str, token: str) -> tuple[bool, bool]:
@@ -119,6 +101,14 @@ def robots_directives(value: str, token: str) -> tuple[bool, bool]:
             if word in ("nofollow", "none"):
                 nofollow = True
     return noindex, nofollow
+
+
+@functools.cache
+def _flattened() -> Callable[[bytes], bytes]:
+    """nesting.flattened, imported on first use: the crawl process does not load NumPy."""
+    from courtly.nesting import flattened
+
+    return flattened
 
 
 def _first_href(tree: LexborHTMLParser, tag: str, rel: str | None = None) -> str | None:
@@ -145,13 +135,13 @@ def parse_html(
     worker, on the benchmark's pages).
 
     Time and memory are bounded: only the first max_bytes of the body are parsed, a page with
-    more than PARSE_AS_IS tags has its elements nested deeper than MAX_NESTING flattened, at most
-    max_links links are kept.
+    more than PARSE_AS_IS tags that may nest deeper than nesting.MAX_NESTING is flattened,
+    at most max_links links are kept.
     """
     page = ParsedPage(truncated=len(body) > max_bytes)
-    html = decode(body[:max_bytes], content_type)
-    if html.count("<") > PARSE_AS_IS:  # enough tags to nest deeper than lexbor parses quickly
-        html = flatten(html)
+    html = utf8(body[:max_bytes], content_type)
+    if html.count(b"<") > PARSE_AS_IS:  # enough tags to nest deeper than lexbor parses quickly
+        html = _flattened()(html)
     tree = LexborHTMLParser(html)
     links = page.links
     # tags() walks the tree in C; a CSS selector cost more than the parse (bench/RESULTS.md)
@@ -178,6 +168,32 @@ def parse_html(
     titles = tree.tags("title")
     if titles:
         page.title = titles[0].text(strip=True)[:1000]
-    if want_text and tree.body is not None:
-        page.text = tree.body.text(separator=" ", strip=True)
+    if want_text:
+        page.text = main_text(tree)
     return page
+
+
+#: what is not a page's own content when it does not mark its main content
+_CHROME = ["nav", "header", "footer", "aside", "form", "script", "style", "noscript", "template"]
+
+
+def main_text(tree: LexborHTMLParser) -> str:
+    """The text of the page's main content, what near-duplicates are judged on (not its chrome).
+
+    The `<main>` element; else its `<article>` elements; else the element with role=main; else
+    the body without its navigation, header, footer, asides, forms, scripts and styles (the
+    tree loses them: call this last).
+    """
+    mains = tree.tags("main")
+    if mains:
+        return mains[0].text(separator=" ", strip=True)
+    articles = tree.tags("article")
+    if articles:
+        return " ".join(node.text(separator=" ", strip=True) for node in articles)
+    role = tree.css_first('[role="main" i]')
+    if role is not None:
+        return role.text(separator=" ", strip=True)
+    if tree.body is None:
+        return ""
+    tree.strip_tags(_CHROME)
+    return tree.body.text(separator=" ", strip=True)
