@@ -84,7 +84,7 @@ def build(docs: Path, layout: str) -> tuple[Path, list[str], int]:
     the number of origins."""
     site = SITES / layout
     groups = parts(docs)
-    origins = [sum(groups, [])] if layout == "one" else groups
+    origins = [[path for group in groups for path in group]] if layout == "one" else groups
     if site.exists():
         shutil.rmtree(site)
     seeds: list[str] = []
