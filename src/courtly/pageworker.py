@@ -119,11 +119,16 @@ def analyse_page(
         out.content = compress(body)
     if out.nofollow:
         return out
-    followed = [(href, text) for href, text, nofollow in page.links if not nofollow]
+    # each href once, with its first anchor text: a page repeats its links (a rustdoc page's
+    # 240 links are 108 hrefs), and resolving one costs more than a dictionary lookup
+    followed: dict[str, str] = {}
+    for href, text, nofollow in page.links:
+        if not nofollow and href not in followed:
+            followed[href] = text
     seen: set[str] = set()
     links = out.links
-    targets = normalize_links([href for href, _ in followed], base, opts)
-    for target, (_, text) in zip(targets, followed, strict=True):
+    targets = normalize_links(list(followed), base, opts)
+    for target, text in zip(targets, followed.values(), strict=True):
         if target is None or target in seen or target == url:
             continue
         seen.add(target)
