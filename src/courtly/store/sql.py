@@ -26,17 +26,15 @@ from courtly.store.schema import MIGRATIONS
 from courtly.store.seen import SeenCache
 
 #: the pages that share a band key, at most dedup.MEMBERS a key (the first indexed: a bucket's
-#: representatives), with their URLs, exit codes and signatures: one index probe per key, then
-#: each page by primary key (a planner must not start from candidates: PostgreSQL did, 5 ms a
-#: page at 400 pages). Bounded whatever the crawl's size: templated pages share keys by chance
+#: representatives), with their signatures: one index probe per key, then each page's signature
+#: by primary key. Bounded whatever the crawl's size: templated pages share keys by chance
 _SHARING_A_KEY = (
-    "SELECT hits.key, c.url, c.exit_code, n.signature FROM ("
+    "SELECT hits.key, hits.candidate, n.signature FROM ("
     + " UNION ALL ".join(
         f"SELECT key, candidate FROM (SELECT key, candidate FROM near_dup_keys WHERE key = ? "
         f"LIMIT {dedup.MEMBERS}) AS band{i}" for i in range(dedup.BANDS)
     )
-    + ") AS hits LEFT JOIN candidates c ON c.id = hits.candidate "
-    "LEFT JOIN near_dup n ON n.candidate = hits.candidate"
+    + ") AS hits LEFT JOIN near_dup n ON n.candidate = hits.candidate"
 )
 _INSERT_KEYS = (  # a page's band keys in one statement
     "INSERT INTO near_dup_keys (key, candidate) VALUES "
@@ -439,24 +437,26 @@ class SqlStore:
         self, signature: bytes, url: str, min_similarity: float
     ) -> tuple[str, float] | None:
         keys = dedup.band_keys(signature)
-        rows = self._x(_SHARING_A_KEY, keys).fetchall()
         members: dict[int, int] = {}
-        best: tuple[str, float] | None = None
-        compared = {url}
-        for key, other, exit_code, stored in rows:
+        scores: dict[int, float] = {}
+        for key, other, stored in self._x(_SHARING_A_KEY, keys).fetchall():
             members[key] = members.get(key, 0) + 1
-            if other is None or other in compared or exit_code != "OK" or stored is None:
+            if other in scores or stored is None:
                 continue
-            compared.add(other)
             stored = self._cell("near_dup", "signature", str(other), _signature, stored)
-            score = dedup.similarity(signature, stored)
-            if score >= min_similarity and (best is None or score > best[1]):
-                best = (str(other), score)
+            scores[other] = dedup.similarity(signature, stored)
         crowded = self._crowded
         if len(crowded) >= 64:
             del crowded[next(iter(crowded))]
         crowded[signature] = frozenset(k for k, n in members.items() if n >= dedup.MEMBERS)
-        return best
+        # the most similar OK page other than this one (a recrawled page finds its own keys)
+        for other, score in sorted(scores.items(), key=lambda item: -item[1]):
+            if score < min_similarity:
+                break
+            row = self._x("SELECT url, exit_code FROM candidates WHERE id = ?", (other,)).fetchone()
+            if row is not None and row[0] != url and row[1] == "OK":
+                return str(row[0]), score
+        return None
 
     def states(self, urls: list[str]) -> dict[str, LinkState]:
         out, missing = self.seen.known(dict.fromkeys(urls))
