@@ -60,7 +60,9 @@ def test_crawl_delay_above_cap_can_skip_the_origin(serve, db: Path, tmp_path: Pa
     run = courtly("crawl", site.url("a"), "--db", db, "--config", cfg)
     assert run.status == 0, run.err
     assert fetched_paths(site, "a") == []  # only robots.txt was fetched
-    assert candidates(db)[site.url("a")]["state"] == "NOT_CRAWLED"
+    home = candidates(db)[site.url("a")]  # given up, with the reason; due again at once
+    assert (home["state"], home["exit_code"]) == ("ERROR", "ORIGIN_GIVEN_UP")
+    assert home["detail"] == "Crawl-delay 60.0s is above the cap"
 
 
 def test_retry_after_is_obeyed_and_the_url_crawled_again(serve, db: Path) -> None:
@@ -166,7 +168,9 @@ def test_robots_unavailable_for_good_gives_up_without_crawling(
     assert run.status == 0, run.err
     assert fetched_paths(site, "a") == []
     assert [h.path for h in site.hits_for("a")] == ["/robots.txt"] * 3
-    assert candidates(db)[site.url("a")]["state"] == "NOT_CRAWLED"
+    home = candidates(db)[site.url("a")]
+    assert (home["state"], home["exit_code"]) == ("ERROR", "ORIGIN_GIVEN_UP")
+    assert home["detail"] == "robots.txt unavailable (status 503)"
     assert rows(db, "SELECT robots_error FROM origins")[0]["robots_error"] == "status 503"
     check = courtly("check", site.url("a", "/p0"), "--db", db).out
     assert "robots.txt: unreachable at the last try (status 503)" in check

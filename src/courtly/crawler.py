@@ -177,7 +177,27 @@ class Crawler:
 
     # -- one turn of one origin ----------------------------------------------------------
     async def _turn(self, crawler: OriginCrawler) -> float | None:
-        """Do one thing for this origin; return when it may go again, or None when finished."""
+        """Do one thing for this origin; return when it may go again, or None when finished.
+        An origin finished early gives up the URLs it has left, a todo list a turn."""
+        at = await self._step(crawler)
+        if at is None and crawler.finish_reason and not self.turns.stopping:
+            return self._give_up(crawler)
+        return at
+
+    def _give_up(self, crawler: OriginCrawler) -> float | None:
+        """Record a batch of the URLs left to an origin given up: ORIGIN_GIVEN_UP (due again at
+        once, so the next run takes them), not counted against --max-actions."""
+        left = list(crawler.todo) or self.store.take_todo(crawler.origin, self.run_id,
+                                                          TODO_BATCH, self.due_time())
+        crawler.todo.clear()
+        for candidate in left:
+            self._record(crawler, CrawlAction(candidate, crawler.origin, ExitCode.ORIGIN_GIVEN_UP,
+                                              clock.now(), detail=crawler.finish_reason),
+                         budgeted=False)
+        return time.monotonic() if left else None
+
+    async def _step(self, crawler: OriginCrawler) -> float | None:
+        """The turn's one thing: robots.txt, or the next candidate's crawl action."""
         if crawler.patience <= 0:
             crawler.finish_reason = crawler.finish_reason or "out of patience"
             return None
@@ -296,7 +316,8 @@ class Crawler:
         crawler.response_times.append(result.elapsed)
         await self.content.read(action, reading, result)
 
-    def _record(self, crawler: OriginCrawler, action: CrawlAction) -> None:
+    def _record(self, crawler: OriginCrawler, action: CrawlAction, budgeted: bool = True
+                ) -> None:
         """Settle the action, tell the strategy about errors, write it all in one transaction."""
         settled = outcome.settle(action, crawler, self.config)
         crawler.patience, crawler.finish_reason = settled.patience, settled.finish_reason
@@ -318,7 +339,7 @@ class Crawler:
             except OSError as exc:
                 self.stop(f"cannot write WARC file: {one_line(exc)}")
         self.strategy.domain_metadata.flush()
-        self.stats.actions += 1
+        self.stats.actions += budgeted  # ORIGIN_GIVEN_UP costs no --max-actions budget
         self.stats.exit_codes[str(action.exit_code)] += 1
         self._stop_if_budget_spent()  # now, not when this origin's next turn comes
 

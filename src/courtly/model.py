@@ -31,6 +31,9 @@ class ExitCode(StrEnum):
     BLOCKED_BY_ROBOTS_TXT = "BLOCKED_BY_ROBOTS_TXT"
     BLOCKED_URL_BY_LOCAL_POLICY = "BLOCKED_URL_BY_LOCAL_POLICY"
     BLOCKED_ADDRESS = "BLOCKED_ADDRESS"
+    #: the origin was given up for this run (out of patience, robots.txt unavailable, Crawl-delay
+    #: above the cap, a page budget) before this URL's turn: due again at once, for the next run
+    ORIGIN_GIVEN_UP = "ORIGIN_GIVEN_UP"
     #: the origin spent this run's budget of crawl actions on URLs of this shape (traps)
     BLOCKED_BY_TRAP_BUDGET = "BLOCKED_BY_TRAP_BUDGET"
     HTTP_CLIENT_ERROR = "HTTP_CLIENT_ERROR"

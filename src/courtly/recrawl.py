@@ -50,6 +50,8 @@ def _previous(candidate: Candidate, codes: frozenset[ExitCode]) -> float | None:
 def interval(action: CrawlAction, candidate: Candidate, rules: Recrawl, robots: Robots) -> float:
     """Seconds until the URL is due again."""
     code = action.exit_code
+    if code is ExitCode.ORIGIN_GIVEN_UP:
+        return 0.0  # never fetched: the next run takes it again
     if code in _BLOCKED:
         return max(robots.expiry, rules.blocked)
     if code in _LOCAL:
