@@ -56,5 +56,8 @@ def test_max_pages_per_origin_finishes_the_origin_for_the_run(serve, db: Path,
                       "--min-delay", "0")
         assert run.status == 0, run.err
         assert len(fetched_paths(site, "a")) == 3 * run_number
-    states = [c["state"] for c in candidates(db).values()]
-    assert states.count("CRAWLED") == 6 and states.count("NOT_CRAWLED") == 1
+    codes = [c["exit_code"] for c in candidates(db).values()]
+    # the one URL left was given up with the origin, with the reason, for the next run
+    assert codes.count("OK") == 6 and codes.count("ORIGIN_GIVEN_UP") == 1
+    [left] = [c for c in candidates(db).values() if c["exit_code"] == "ORIGIN_GIVEN_UP"]
+    assert left["detail"] == "trap: max_pages_per_origin 3"
