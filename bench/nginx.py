@@ -32,6 +32,21 @@ def nginx_version() -> str:
     return (out.stderr or out.stdout).strip().removeprefix("nginx version: ")
 
 
+def http_common(prefix: Path) -> str:
+    """The http block's settings every benchmark's nginx shares: types, keep-alive, temp paths."""
+    return f"""    types {{ text/html html; text/plain txt; }}
+    default_type application/octet-stream;
+    sendfile on;
+    keepalive_timeout 65;
+    keepalive_requests 100000;
+    client_body_temp_path {prefix}/client_body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+"""
+
+
 def render_config(site_dir: Path, origins: int, base_port: int, prefix: Path) -> str:
     user = "user root root;\n" if os.geteuid() == 0 else ""
     servers = []
@@ -50,20 +65,10 @@ pid {prefix}/nginx.pid;
 error_log {prefix}/error.log warn;
 events {{ worker_connections 4096; }}
 http {{
-    types {{ text/html html; text/plain txt; }}
-    default_type application/octet-stream;
-    access_log off;
-    sendfile on;
+{http_common(prefix)}    access_log off;
     tcp_nopush on;
-    keepalive_timeout 65;
-    keepalive_requests 100000;
     # no open_file_cache: it holds one fd per file served recently, and at a few hundred
     # pages/s that ran into the fd limit, turning try_files into 404s
-    client_body_temp_path {prefix}/client_body;
-    proxy_temp_path {prefix}/proxy;
-    fastcgi_temp_path {prefix}/fastcgi;
-    uwsgi_temp_path {prefix}/uwsgi;
-    scgi_temp_path {prefix}/scgi;
 {"".join(servers)}
 }}
 """
