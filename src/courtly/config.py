@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,9 @@ class Politeness(_Section):
     backoff_max: float = Field(300.0, ge=0)
     backoff_forgive_after: float = Field(60.0, ge=0)
     patience: int = Field(5, ge=1)
+    #: what shares one request at a time and one delay: each origin, each host (http and
+    #: https), each registered domain (public-suffix aware) or each IP address
+    politeness_key: Literal["origin", "host", "domain", "ip"] = "origin"
     max_retries: int = Field(2, ge=0)
 
 
@@ -69,6 +73,20 @@ class Limits(_Section):
     local_error_wait: float = Field(60.0, gt=0)
     dns_cache_size: int = Field(10_000, ge=1)  # host names whose addresses are kept
     dns_ttl: float = Field(300.0, ge=0)  # seconds an answer is kept
+    #: host name → address, used instead of the system's resolver (like curl --resolve)
+    dns_hosts: dict[str, str] = Field(default_factory=dict)
+
+
+    @field_validator("dns_hosts")
+    @classmethod
+    def _addresses(cls, hosts: dict[str, str]) -> dict[str, str]:
+        """Each value an IP address; names compared in lower case."""
+        for name, address in hosts.items():
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                raise ValueError(f"{name}: {address!r} is not an IP address") from None
+        return {name.lower().rstrip("."): address for name, address in hosts.items()}
 
 
 class Normalize(_Section):

@@ -31,6 +31,7 @@ from courtly.scheduler import (
     delay_for,
     effective_crawl_delay,
     pause,
+    politeness_key,
 )
 from courtly.stats import CrawlStats
 from courtly.store import OriginState, Store, StoreError
@@ -68,7 +69,9 @@ class Crawler:
         self.policy = Policy(config.policies, config.traps, [o + "/" for o in self.origins])
         self.stats = CrawlStats(origins_total=len(self.origins))
         self.on_progress = on_progress
-        self.turns = Turns(config.concurrency, self._turn, self._stop_for, self.stats)
+        shared = config.politeness.politeness_key != "origin"
+        self.turns = Turns(config.concurrency, self._turn, self._stop_for, self.stats,
+                           self._politeness_key if shared else None)
         self.crawlers = self.turns.crawlers
         self.gate = Gate(self.crawlers, config.politeness)  # whichever origin asks (gate.py)
         self.run_id = 0
@@ -147,6 +150,16 @@ class Crawler:
         wait = max(0.0, state.backoff_until - clock.now())
         self.turns.add(crawler, time.monotonic() + wait)
         return crawler
+
+    async def _politeness_key(self, origin: str) -> str:
+        """The key of the gate an origin shares with others (`politeness_key` host, domain, ip);
+        with ip, the address its requests go to (resolved once: the fetcher keeps it)."""
+        kind = self.config.politeness.politeness_key
+        if kind != "ip":
+            return politeness_key(origin, kind)
+        host = host_of(origin + "/")
+        address = await self.fetcher.address_of(host, int(origin.rpartition(":")[2]))
+        return address or host  # no address: its requests fail, alone
 
     def _stop_for(self, crawler: OriginCrawler | None, exc: Exception) -> None:
         """A turn (of `crawler`) or a helper task raised: a database error, a local error, or a

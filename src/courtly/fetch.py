@@ -34,8 +34,8 @@ from courtly.proxy import (
 )
 from courtly.urls import split_authority, split_url
 
-__all__ = ["Addresses", "FetchError", "Fetcher", "GuardedResolver", "HttpResponse", "LocalError",
-           "Resolver", "SystemResolver", "address_allowed"]
+__all__ = ["Addresses", "FetchError", "Fetcher", "FixedResolver", "GuardedResolver", "HttpResponse",
+           "LocalError", "Resolver", "SystemResolver", "address_allowed"]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,20 @@ class SystemResolver:
                 if address not in out:
                     out.append(address)
         return out
+
+
+class FixedResolver:
+    """Names of `limits.dns_hosts` get their address from it; the others the inner's."""
+
+    def __init__(self, hosts: dict[str, str], inner: Resolver) -> None:
+        self._hosts = {name: (address, socket.AF_INET6 if ":" in address else socket.AF_INET)
+                       for name, address in hosts.items()}
+        self._inner = inner
+
+    async def resolve(self, host: str, port: int) -> Addresses:
+        """The fixed address, else the inner resolver's answer."""
+        fixed = self._hosts.get(host)
+        return [fixed] if fixed is not None else await self._inner.resolve(host, port)
 
 
 class GuardedResolver:
@@ -208,9 +222,11 @@ class Fetcher:
         self._allowed = frozenset(h.strip("[]").lower() for h in allowed_hosts)
         self._fixed_headers = (f"User-Agent: {user_agent}\r\nAccept: */*\r\n"
                                "Accept-Encoding: gzip, deflate, br\r\n")
+        system: Resolver = SystemResolver()
+        if limits.dns_hosts:
+            system = FixedResolver(limits.dns_hosts, system)
         self._resolver: Resolver = (
-            SystemResolver() if limits.allow_private_addresses
-            else GuardedResolver(self._allowed))
+            system if limits.allow_private_addresses else GuardedResolver(self._allowed, system))
         #: the resolver's answers by host (dns.py); `dns.address(host)` is where host went
         self.dns = DnsCache(limits.dns_cache_size, limits.dns_ttl, time.monotonic)
         self._tls: ssl.SSLContext | None = None
@@ -439,6 +455,17 @@ class Fetcher:
             if isinstance(exc, OSError):  # the tunnel or its TLS handshake failed
                 raise FetchError(ExitCode.PROXY_ERROR, f"{proxy}: {one_line(exc)}") from None
             raise
+
+    async def address_of(self, host: str, port: int) -> str | None:
+        """The address a request to host:port would try first (None if it has none): resolved
+        through the DNS cache, so the request itself finds it there."""
+        host = host.strip("[]").lower()
+        if _literal(host):
+            return host
+        try:
+            return (await self._resolve(host, port))[0][0]
+        except (FetchError, LocalError):
+            return None
 
     async def _resolve(self, host: str, port: int) -> Addresses:
         """The addresses to connect to: the resolver's answers, through the DNS cache."""

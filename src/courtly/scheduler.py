@@ -20,11 +20,22 @@ from courtly.policy import ShapeBudget
 from courtly.robots import RobotsRules
 from courtly.stats import CrawlStats
 from courtly.store import OriginState
+from courtly.urls import host_of, registered_domain
 
 log = logging.getLogger("courtly")
 
 
-@dataclass
+@dataclass(slots=True)
+class Gate:
+    """What the origins of one politeness key share: one request at a time, one delay."""
+
+    key: str
+    next_request_at: float = 0.0  # monotonic: no request to any of its origins before then
+    busy: bool = False  # a turn of one of its origins runs
+    waiting: deque[OriginCrawler] = field(default_factory=deque)  # released while it was busy
+
+
+@dataclass(slots=True)
 class OriginCrawler:
     """The per-origin crawl loop's state: robots.txt, todo list, delay, patience."""
 
@@ -34,13 +45,35 @@ class OriginCrawler:
     robots: RobotsRules | None = None
     robots_expires: float = 0.0  # monotonic time at which robots.txt must be fetched again
     todo: deque[Candidate] = field(default_factory=deque)
-    next_request_at: float = 0.0  # monotonic: no request to this origin before then
+    own_next_request_at: float = 0.0  # see next_request_at
     response_times: deque[float] = field(default_factory=lambda: deque(maxlen=5))
     last_rate_limited: float = 0.0
     pages_this_run: int = 0
     shapes: ShapeBudget = field(default_factory=lambda: ShapeBudget(0))  # crawl actions by shape
     finished: bool = False
     finish_reason: str = ""
+    gate: Gate | None = None  # shared with the origins of its politeness key (None: its own)
+
+    @property
+    def next_request_at(self) -> float:
+        """Monotonic time before which no request goes to this origin (nor to its key's)."""
+        return self.own_next_request_at if self.gate is None else self.gate.next_request_at
+
+    @next_request_at.setter
+    def next_request_at(self, at: float) -> None:
+        if self.gate is None:
+            self.own_next_request_at = at
+        else:
+            self.gate.next_request_at = at
+
+
+def politeness_key(origin: str, kind: str) -> str:
+    """The key of an origin for `politeness_key` origin, host or domain (ip: the crawl loop
+    resolves the host)."""
+    if kind == "origin":
+        return origin
+    host = host_of(origin + "/")
+    return registered_domain(host) if kind == "domain" else host
 
 
 class PenaltyBox:
@@ -68,20 +101,29 @@ class PenaltyBox:
 
 #: one turn of an origin: when it may go again, or None when it is finished
 Turn = Callable[[OriginCrawler], Awaitable[float | None]]
+#: the politeness key of an origin (None: each origin is its own key)
+KeyOf = Callable[[str], Awaitable[str]]
 
 
 class Turns:
     """The origin crawlers of a crawl taking turns: the penalty box releases each as its time
     comes, at most `concurrency` at once; an origin is out of the box while its turn runs, so it
-    never has two. An origin whose turn says None is finished (reopened if work comes)."""
+    never has two. An origin whose turn says None is finished (reopened if work comes).
+
+    With a politeness key (key_of), the origins of one key share a gate: one turn at a time
+    and one next_request_at; an origin released while its gate is busy waits behind it, and the
+    waiting origins take the gate in turn (round robin).
+    """
 
     def __init__(
         self, concurrency: int, turn: Turn, failed: Callable[[OriginCrawler, Exception], None],
-        stats: CrawlStats,
+        stats: CrawlStats, key_of: KeyOf | None = None,
     ) -> None:
         self.box = PenaltyBox()
         self.crawlers: dict[str, OriginCrawler] = {}
         self._turn, self._failed, self._stats = turn, failed, stats
+        self._key_of = key_of
+        self._gates: dict[str, Gate] = {}
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(concurrency)
@@ -139,11 +181,18 @@ class Turns:
                 self._wake.clear()
                 await self._wait(delay)
                 continue
+            crawler = self.box.pop()
+            gate = crawler.gate
+            if gate is not None and gate.busy:
+                gate.waiting.append(crawler)  # released when its key's turn is over
+                continue
             await self._slots.acquire()
             if self._stop.is_set():
                 self._slots.release()
                 return
-            task = loop.create_task(self._run(self.box.pop()))
+            if gate is not None:
+                gate.busy = True
+            task = loop.create_task(self._run(crawler))
             self._tasks.add(task)
             task.add_done_callback(self._done)
 
@@ -158,18 +207,49 @@ class Turns:
     async def _run(self, crawler: OriginCrawler) -> None:
         self._stats.in_flight += 1
         try:
-            at = await self._turn(crawler)
-        except Exception as exc:  # the crawl decides what stops; the origin is finished
-            self._failed(crawler, exc)
-            at = None
+            if not await self._through_gate(crawler):
+                return  # another origin of its key has the gate: it waits behind it
+            try:
+                at = await self._turn(crawler)
+            except Exception as exc:  # the crawl decides what stops; the origin is finished
+                self._failed(crawler, exc)
+                at = None
         finally:
             self._stats.in_flight -= 1
             self._slots.release()
+        self._after_turn(crawler, at)
+        self._wake.set()
+
+    async def _through_gate(self, crawler: OriginCrawler) -> bool:
+        """An origin's first turn with a politeness key: find its gate and take it if free."""
+        if crawler.gate is not None or self._key_of is None:
+            return True  # its own key, or the gate taken when the turn was started
+        key = await self._key_of(crawler.origin)
+        gate = self._gates.get(key)
+        if gate is None:
+            gate = self._gates[key] = Gate(key)
+        gate.next_request_at = max(gate.next_request_at, crawler.own_next_request_at)
+        crawler.gate = gate
+        if gate.busy:
+            gate.waiting.append(crawler)
+            return False
+        gate.busy = True
+        return True
+
+    def _after_turn(self, crawler: OriginCrawler, at: float | None) -> None:
+        """Back into the box at `at` (None: finished); an origin waiting for the gate is next."""
+        gate = crawler.gate
+        if gate is not None:
+            gate.busy = False
+            if gate.waiting:  # the next origin of its key takes the gate
+                self.box.push(gate.waiting.popleft(), gate.next_request_at)
+                if at is not None:
+                    gate.waiting.append(crawler)  # after the others of its key
+                    return
         if at is None:
             self._finish(crawler)
         else:
             self.box.push(crawler, at)
-        self._wake.set()
 
     def _finish(self, crawler: OriginCrawler) -> None:
         crawler.finished = True
