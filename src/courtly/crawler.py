@@ -25,6 +25,8 @@ from courtly.model import COMPLETED, Candidate, CrawlAction, ExitCode
 from courtly.policy import Policy, ShapeBudget
 from courtly.robots_cache import RobotsCache
 from courtly.scheduler import (
+    REST_AFTER,
+    RESTING_BATCH,
     OriginCrawler,
     Turns,
     backoff_jitter,
@@ -232,7 +234,7 @@ class Crawler:
         if candidate is None:
             return None
         if time.monotonic() < crawler.next_request_at:
-            crawler.todo.appendleft(candidate)
+            crawler.todo.insert(0, candidate)
             return crawler.next_request_at
         action = await self._crawl(crawler, candidate)
         self._record(crawler, action)
@@ -257,12 +259,13 @@ class Crawler:
                 return None
             if not crawler.todo:
                 batch = self.strategy.todo_batch or TODO_BATCH
-                crawler.todo.extend(
-                    self.store.take_todo(crawler.origin, self.run_id, batch, self.due_time())
-                )
+                if delay_for(crawler, self.config.politeness) > REST_AFTER:
+                    batch = min(batch, RESTING_BATCH)  # it rests between turns (docs/scaling.md)
+                crawler.todo = self.store.take_todo(crawler.origin, self.run_id, batch,
+                                                    self.due_time())
                 if not crawler.todo:
                     return None
-            candidate = crawler.todo.popleft()
+            candidate = crawler.todo.pop(0)
             refused = outcome.refusal(candidate.url, candidate.depth, self.policy, crawler.robots,
                                       crawler.shapes)
             if refused is None:
@@ -326,7 +329,7 @@ class Crawler:
             action.origin_state = crawler.state
         if isinstance(result, FetchError):
             return
-        crawler.response_times.append(result.elapsed)
+        crawler.answered_in(result.elapsed)
         await self.content.read(action, reading, result)
 
     def _record(self, crawler: OriginCrawler, action: CrawlAction, budgeted: bool = True

@@ -25,6 +25,9 @@ from courtly.urls import normalize
 
 log = logging.getLogger("courtly")
 
+#: distinct robots.txt files whose rules are kept for the origins that serve the same one
+SHARED_RULES = 1024
+
 #: one request of robots.txt (or of a hop of its redirects) to the origin of the URL
 Get = Callable[[str], Awaitable[HttpResponse]]
 
@@ -75,6 +78,8 @@ class RobotsCache:
         self.config = config
         self.rules = config.robots
         self.store = store
+        #: (status, body) → its rules, least recently used first (many sites share one file)
+        self._known: dict[tuple[int, bytes], tuple[bytes, RobotsRules]] = {}
 
     def due(self, crawler: OriginCrawler) -> bool:
         """robots.txt is obeyed and there is none yet, or it expired."""
@@ -116,7 +121,20 @@ class RobotsCache:
         )
 
     def _parse(self, status: int, body: bytes) -> RobotsRules:
-        return rules_for_status(status, body, self.config.user_agent, self.rules.max_size)
+        return self._shared(status, body)[1]
+
+    def _shared(self, status: int, body: bytes) -> tuple[bytes, RobotsRules]:
+        """A file and its rules, one copy for the origins whose file is the same (the rules are
+        immutable)."""
+        key = (status, body)
+        known = self._known.pop(key, None)
+        if known is None:
+            known = body, rules_for_status(status, body, self.config.user_agent,
+                                           self.rules.max_size)
+            if len(self._known) >= SHARED_RULES:
+                del self._known[next(iter(self._known))]  # the least recently used
+        self._known[key] = known
+        return known
 
     def _apply(self, crawler: OriginCrawler, status: int | None, body: bytes, failure: str) -> None:
         """RFC 9309 status rules: 5xx/429/unreachable (failure says why) → stale copy or wait;
@@ -141,7 +159,7 @@ class RobotsCache:
                 pause(crawler, level, seconds, now)
             self.store.save_origin(state)
             return
-        crawler.robots = self._parse(status, body)
+        body, crawler.robots = self._shared(status, body)
         crawler.robots_expires = time.monotonic() + rules.expiry
         crawler.finish_reason = ""
         state.robots_status, state.robots_body, state.robots_error = status, body, None

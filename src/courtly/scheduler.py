@@ -35,24 +35,44 @@ class Gate:
     waiting: deque[OriginCrawler] = field(default_factory=deque)  # released while it was busy
 
 
+#: an origin that waits longer than this for its next turn holds no todo list meanwhile
+REST_AFTER = 5.0
+#: the todo list of an origin whose delay is that long: what a few turns use
+RESTING_BATCH = 4
+
+
 @dataclass(slots=True)
 class OriginCrawler:
-    """The per-origin crawl loop's state: robots.txt, todo list, delay, patience."""
+    """The per-origin crawl loop's state: robots.txt, todo list, delay, patience.
+
+    Compact while it waits (a few hundred bytes, docs/scaling.md): slots, the robots.txt rules
+    shared with the origins whose file is the same (robots_cache.py), the last response times
+    a tuple, and no todo list while it waits more than REST_AFTER (`rest`).
+    """
 
     origin: str
     state: OriginState
     patience: int
     robots: RobotsRules | None = None
     robots_expires: float = 0.0  # monotonic time at which robots.txt must be fetched again
-    todo: deque[Candidate] = field(default_factory=deque)
+    todo: list[Candidate] = field(default_factory=list)  # the next first
     own_next_request_at: float = 0.0  # see next_request_at
-    response_times: deque[float] = field(default_factory=lambda: deque(maxlen=5))
+    response_times: tuple[float, ...] = ()  # the last 5, oldest first
     last_rate_limited: float = 0.0
     pages_this_run: int = 0
     shapes: ShapeBudget = field(default_factory=lambda: ShapeBudget(0))  # crawl actions by shape
     finished: bool = False
     finish_reason: str = ""
     gate: Gate | None = None  # shared with the origins of its politeness key (None: its own)
+
+    def answered_in(self, seconds: float) -> None:
+        """Keep a response time (the adaptive delay reads the last 5)."""
+        self.response_times = (*self.response_times[-4:], seconds)
+
+    def rest(self) -> None:
+        """It waits long: its todo list goes (take_todo wrote nothing: the next turn reads the
+        same candidates from the database again)."""
+        self.todo.clear()
 
     @property
     def next_request_at(self) -> float:
@@ -249,6 +269,8 @@ class Turns:
         if at is None:
             self._finish(crawler)
         else:
+            if at - time.monotonic() > REST_AFTER:
+                crawler.rest()
             self.box.push(crawler, at)
 
     def _finish(self, crawler: OriginCrawler) -> None:
