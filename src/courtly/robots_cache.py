@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -79,7 +80,7 @@ class RobotsCache:
         self.rules = config.robots
         self.store = store
         #: (status, body) → its rules, least recently used first (many sites share one file)
-        self._known: dict[tuple[int, bytes], tuple[bytes, RobotsRules]] = {}
+        self._known: OrderedDict[tuple[int, bytes], tuple[bytes, RobotsRules]] = OrderedDict()
 
     def due(self, crawler: OriginCrawler) -> bool:
         """robots.txt is obeyed and there is none yet, or it expired."""
@@ -127,12 +128,13 @@ class RobotsCache:
         """A file and its rules, one copy for the origins whose file is the same (the rules are
         immutable)."""
         key = (status, body)
-        known = self._known.pop(key, None)
-        if known is None:
-            known = body, rules_for_status(status, body, self.config.user_agent,
-                                           self.rules.max_size)
-            if len(self._known) >= SHARED_RULES:
-                del self._known[next(iter(self._known))]  # the least recently used
+        known = self._known.get(key)
+        if known is not None:
+            self._known.move_to_end(key)
+            return known
+        known = body, rules_for_status(status, body, self.config.user_agent, self.rules.max_size)
+        if len(self._known) >= SHARED_RULES:
+            self._known.popitem(last=False)  # the least recently used
         self._known[key] = known
         return known
 

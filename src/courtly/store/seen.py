@@ -12,11 +12,12 @@ however large the frontier. Two URLs sharing a key in a cache of SIZE entries: a
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 from courtly.model import Link, LinkState
 
-#: entries kept (about 90 bytes each); the oldest go first
+#: entries kept (about 90 bytes each; up to an eighth more until the oldest eighth goes)
 SIZE = 1 << 17
 _ABSENT = -1.0  # asked for and not in the database: the next upsert inserts it
 
@@ -89,8 +90,11 @@ class SeenCache:
         entries = self._entries
         entries.pop(key, None)  # re-inserted: the newest
         entries[key] = value
-        if len(entries) > self.size:
-            del entries[next(iter(entries))]
+        if len(entries) > self.size + self.size // 8:
+            # the oldest eighth goes at once, into a compact dict: deleting the first entry one
+            # at a time leaves holes that every next(iter()) walks (0.5 ms a put at 500k URLs)
+            self._entries = dict(itertools.islice(entries.items(), len(entries) - self.size,
+                                                  None))
 
     def clear(self) -> None:
         """Forget everything (after a failed write the database may disagree)."""
