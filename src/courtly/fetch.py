@@ -32,7 +32,7 @@ from courtly.proxy import (
     proxy_socket,
     refused,
 )
-from courtly.urls import split_authority, split_url
+from courtly.urls import split_authority, split_target
 
 __all__ = ["Addresses", "FetchError", "Fetcher", "FixedResolver", "GuardedResolver", "HttpResponse",
            "LocalError", "Resolver", "SystemResolver", "address_allowed"]
@@ -174,8 +174,9 @@ def _endpoint(scheme: str, authority: str) -> _Endpoint:
 
 def _split(url: str) -> tuple[_Endpoint, str]:
     """A URL's endpoint and request target (path and query); FetchError for a URL without."""
-    scheme, authority, path, query, _ = split_url(url)
-    target = (path or "/") + ("" if query is None else "?" + query)
+    scheme, authority, target = split_target(url)
+    if target[:1] != "/":
+        target = "/" + target  # "http://host?q": an empty path
     if scheme is None or authority is None:
         raise FetchError(ExitCode.NETWORK_ERROR, f"not an http(s) URL: {url[:200]!r}")
     if not target.isprintable() or " " in target:

@@ -66,7 +66,7 @@ import re2
 if TYPE_CHECKING:
     from courtly.wildcards import WildcardSet
 
-from courtly.urls import normalize_escapes, split_url
+from courtly.urls import normalize_escapes, split_target
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
@@ -165,11 +165,11 @@ def _normalize(text: str) -> str:
 def _request_path(url: str) -> str:
     """Return the path, params and query of ``url`` (absolute, a bare path, or a host and path
     without a scheme as google/robotstxt reads them), fragment dropped, starting with '/'."""
-    scheme, authority, path, query, _ = split_url(url)
-    if authority is None and path[:1] != "/" and (scheme is None or not _SCHEME.fullmatch(scheme)):
-        _, _, path, query, _ = split_url("//" + url)  # "example.com/a": a host comes first
-    path = path if path[:1] == "/" else "/" + path
-    return path if query is None else f"{path}?{query}"
+    scheme, authority, target = split_target(url)
+    no_scheme = scheme is None or not _SCHEME.fullmatch(scheme)
+    if authority is None and target[:1] != "/" and no_scheme:
+        target = split_target("//" + url)[2]  # "example.com/a": a host comes first
+    return target if target[:1] == "/" else "/" + target
 
 
 class _Rule(NamedTuple):

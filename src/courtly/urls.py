@@ -31,6 +31,7 @@ __all__ = [
     "origin_of",
     "registered_domain",
     "split_authority",
+    "split_target",
     "split_url",
 ]
 
@@ -262,7 +263,9 @@ def _clean(href: str, opts: Normalize) -> str | None:
 
 
 #: RFC 3986 appendix B: scheme, authority, path, query, fragment (a part absent: None)
-_PARTS = re.compile(r"(?:([^:/?#]+):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#(.*))?", re.S)
+_HEAD = r"(?:([^:/?#]+):)?(?://([^/?#]*))?"
+_PARTS = re.compile(_HEAD + r"([^?#]*)(?:\?([^#]*))?(?:#(.*))?", re.S)
+_TARGET = re.compile(_HEAD + r"([^#]*)", re.S)  # the same, path and query in one
 UrlParts = tuple[str | None, str | None, str, str | None, str | None]
 
 
@@ -270,6 +273,12 @@ def split_url(url: str) -> UrlParts:
     """A URL (or a reference) cut into its five parts as written, RFC 3986 appendix B: courtly's
     one URL splitter (no decoding, no checking; the path may be "")."""
     return _PARTS.match(url).groups()  # type: ignore[union-attr,return-value]  # always matches
+
+
+def split_target(url: str) -> tuple[str | None, str | None, str]:
+    """split_url's scheme and authority, and its path and query as one string (a request line's
+    target, what robots.txt rules match), fragment dropped: one regex group instead of three."""
+    return _TARGET.match(url).groups()  # type: ignore[union-attr,return-value]  # always matches
 
 
 def split_authority(authority: str) -> tuple[str, str]:
