@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from selectolax.lexbor import LexborHTMLParser
+from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
 _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?([a-zA-Z0-9_.:-]+)""", re.I)
@@ -175,6 +175,15 @@ def parse_html(
 
 #: what is not a page's own content when it does not mark its main content
 _CHROME = ["nav", "header", "footer", "aside", "form", "script", "style", "noscript", "template"]
+_ROLE_MAIN = '[role="main" i]'
+#: a page with none of these has no main content marked and no chrome: its body is its content
+_MARKED = ", ".join(["main", "article", _ROLE_MAIN, *_CHROME])
+
+
+@functools.cache
+def _selector() -> LexborCSSSelector:
+    """One CSS selector engine, reused: selectolax's css() creates one a call (20 µs)."""
+    return LexborCSSSelector()  # type: ignore[no-untyped-call]  # its stub lacks "-> None"
 
 
 def main_text(tree: LexborHTMLParser) -> str:
@@ -184,16 +193,19 @@ def main_text(tree: LexborHTMLParser) -> str:
     the body without its navigation, header, footer, asides, forms, scripts and styles (the
     tree loses them: call this last).
     """
+    body, root = tree.body, tree.root
+    if body is None or root is None:
+        return ""
+    if not _selector().any_matches(_MARKED, root):  # one query: simple pages have none
+        return body.text(separator=" ", strip=True)
     mains = tree.tags("main")
     if mains:
         return mains[0].text(separator=" ", strip=True)
     articles = tree.tags("article")
     if articles:
         return " ".join(node.text(separator=" ", strip=True) for node in articles)
-    role = tree.css_first('[role="main" i]')
-    if role is not None:
-        return role.text(separator=" ", strip=True)
-    if tree.body is None:
-        return ""
+    roles = _selector().find(_ROLE_MAIN, root)
+    if roles:
+        return roles[0].text(separator=" ", strip=True)
     tree.strip_tags(_CHROME)
-    return tree.body.text(separator=" ", strip=True)
+    return body.text(separator=" ", strip=True)
