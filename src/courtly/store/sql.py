@@ -443,8 +443,13 @@ class SqlStore:
             members[key] = members.get(key, 0) + 1
             if other in scores or stored is None:
                 continue
-            stored = self._cell("near_dup", "signature", str(other), _signature, stored)
-            scores[other] = dedup.similarity(signature, stored)
+            try:
+                scores[other] = dedup.similarity(signature, _signature(stored))
+            except ValueError:  # damaged: this page's own is replaced when it is recorded
+                row = self._x("SELECT url FROM candidates WHERE id = ?", (other,)).fetchone()
+                if row is None or row[0] != url:
+                    name = str(row[0]) if row is not None else f"candidate {other}"
+                    self._cell("near_dup", "signature", name, _signature, stored)
         crowded = self._crowded
         if len(crowded) >= 64:
             del crowded[next(iter(crowded))]
