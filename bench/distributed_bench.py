@@ -24,8 +24,10 @@ import resource
 import string
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -89,11 +91,12 @@ def active_ms(conn: psycopg.Connection[Any]) -> float:
 def run(site: LocalSite, workers: int, concurrency: int) -> dict[str, float]:
     schema = f"courtly_bench_{uuid.uuid4().hex[:8]}"
     url = f"{BASE}?schema={schema}"
-    env = {**os.environ, "COURTLY_LEASE_SECONDS": "10"}
+    config = Path(tempfile.mkdtemp(prefix="courtly-bench-")) / "fleet.toml"
+    config.write_text("[fleet]\nlease_seconds = 10\n")
     py = sys.executable
     seeds = [site.url(name) for name in site.sites]
     subprocess.run([py, "-m", "courtly", "add-seeds", *seeds, "--db", url], check=True,
-                   capture_output=True, env=env)
+                   capture_output=True)
     admin = psycopg.connect(BASE, autocommit=True)
     before_ms = active_ms(admin)
     busy0, total0 = cpu_times()
@@ -103,8 +106,9 @@ def run(site: LocalSite, workers: int, concurrency: int) -> dict[str, float]:
     started = time.monotonic()
     procs = [
         subprocess.Popen([py, "-m", "courtly", "worker", "--db", url, "--min-delay", "0",
-                          "--concurrency", str(concurrency), "--progress", "off"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+                          "--concurrency", str(concurrency), "--progress", "off",
+                          "--config", str(config)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         for _ in range(workers)
     ]
     for proc in procs:

@@ -40,11 +40,9 @@ def _no_proxy_from_outside(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name.upper(), raising=False)
 
 
-@pytest.fixture(autouse=True)
-def _clock_after_test() -> Iterator[None]:
-    """A test that moved COURTLY_TIME_OFFSET leaves the next one the real clock."""
-    yield
-    clock.read_offset()  # after monkeypatch restored the environment (set up first, ends last)
+def move_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Move courtly's clock `seconds` ahead of the real one, in this process, for this test."""
+    monkeypatch.setattr(clock, "_offset", float(seconds))
 
 
 def courtly(*args: str) -> Run:
@@ -60,6 +58,23 @@ def courtly_process(*args: str, env: dict[str, str] | None = None) -> subprocess
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **(env or {})},
     )
+
+
+def _faults(**variables: str) -> dict[str, str]:
+    """The environment of a courtly process that loads tests/faults/sitecustomize.py."""
+    path = [str(Path(__file__).parent / "faults"), os.environ.get("PYTHONPATH", "")]
+    return {**variables, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+
+
+def with_sqlite_pragmas(pragmas: str) -> dict[str, str]:
+    """The environment of a courtly process whose SQLite connections run these PRAGMAs: a
+    simulated full disk or read-only file."""
+    return _faults(FAULT_SQLITE_PRAGMAS=pragmas)
+
+
+def time_moved(seconds: float) -> dict[str, str]:
+    """The environment of a courtly process whose clock is `seconds` ahead of the real one."""
+    return _faults(FAULT_TIME_OFFSET=str(seconds))
 
 
 def rows(db: Path | str, sql: str, *params: Any) -> list[dict[str, Any]]:

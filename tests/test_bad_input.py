@@ -234,16 +234,3 @@ def test_an_invalid_regex_is_one_line_with_re2s_reason(tmp_path: Path) -> None:
     assert proc.stderr.splitlines() == [
         f"courtly: {config}: policies.deny: invalid regex in pattern 're:(?<=a)b': "
         "invalid perl operator: (?<="]
-
-
-# -- the test clock ------------------------------------------------------------------------
-@pytest.mark.parametrize("value", ["soon", "nan", "inf"])
-def test_a_bad_time_offset_is_one_line(
-    db: Path, value: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("COURTLY_TIME_OFFSET", value)
-    one_line(courtly("stats", "--db", db), 2, "COURTLY_TIME_OFFSET must be a number of seconds")
-    proc = subprocess.run([sys.executable, "-m", "courtly", "stats", "--db", str(db)],
-                          capture_output=True, text=True, env={"COURTLY_TIME_OFFSET": value})
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr  # nothing raised on import
-    assert proc.stderr.strip() == "courtly: COURTLY_TIME_OFFSET must be a number of seconds"

@@ -1,7 +1,7 @@
 """Many workers on one PostgreSQL crawl database: coverage, politeness across workers, failover.
 
 Real `courtly worker` processes, a real multi-origin LocalSite, a fresh schema per test. Leases are
-short (COURTLY_LEASE_SECONDS) so that failover is quick.
+short (`[fleet] lease_seconds` in the workers' configuration) so that failover is quick.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,14 +47,18 @@ def all_urls(site: LocalSite) -> set[str]:
     return {site.url(n, p) for n in NAMES for p in ["/", *(f"/p{k}" for k in range(PAGES))]}
 
 
-ENV = {"COURTLY_LEASE_SECONDS": "2", "COURTLY_PARTITIONS": "16"}
+def fleet_config(directory: Path, more: str = "") -> Path:
+    """The workers' configuration: short leases, 16 partitions (and `more` [fleet] lines)."""
+    path = directory / "fleet.toml"
+    path.write_text("[fleet]\nlease_seconds = 2\npartitions = 16\n" + more)
+    return path
 
 
-def start_workers(db: PgUrl, n: int, env: dict[str, str] | None = None,
+def start_workers(db: PgUrl, n: int, config: Path,
                   delay: float = DELAY) -> list[subprocess.Popen[str]]:
     return [
         courtly_process("worker", "--db", db, "--min-delay", str(delay), "--progress", "off",
-                        "--concurrency", "8", env={**ENV, **(env or {})})
+                        "--concurrency", "8", "--config", config)
         for _ in range(n)
     ]
 
@@ -76,12 +81,14 @@ def assert_polite(site: LocalSite, delay: float) -> None:
             assert after.arrived - before.done >= delay - 0.01, f"{name}: delay not held"
 
 
-def test_three_workers_crawl_to_exact_coverage_holding_delays(serve, pg_url: PgUrl) -> None:
+def test_three_workers_crawl_to_exact_coverage_holding_delays(
+    serve, pg_url: PgUrl, tmp_path: Path
+) -> None:
     site = fleet_site(serve)
     seeds = [site.url(n) for n in NAMES]
     added = courtly("add-seeds", *seeds, "--db", pg_url)
     assert added.status == 0, added.err
-    procs = start_workers(pg_url, 3)
+    procs = start_workers(pg_url, 3, fleet_config(tmp_path))
     wait_all(procs)
 
     for name in NAMES:  # exact coverage: every page once, nothing else
@@ -107,11 +114,14 @@ def test_three_workers_crawl_to_exact_coverage_holding_delays(serve, pg_url: PgU
     assert len(run) == 1 and run[0]["finished"] is not None
 
 
-def test_killed_worker_loses_its_leases_and_the_rest_finish(serve, pg_url: PgUrl) -> None:
+def test_killed_worker_loses_its_leases_and_the_rest_finish(
+    serve, pg_url: PgUrl, tmp_path: Path
+) -> None:
     site = fleet_site(serve, page_delay=0.03)
     assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
     # no same-host shortcut: the takeover must come from lease expiry
-    procs = start_workers(pg_url, 3, {"COURTLY_LOCAL_PID_CHECK": "0"}, delay=0.15)
+    config = fleet_config(tmp_path, "same_host_pid_check = false\n")
+    procs = start_workers(pg_url, 3, config, delay=0.15)
     by_pid = {p.pid: p for p in procs}
     deadline = time.monotonic() + 30
     victim = None
@@ -146,12 +156,12 @@ def test_killed_worker_loses_its_leases_and_the_rest_finish(serve, pg_url: PgUrl
     assert states == {"stopped": 2, "lost": 1}
 
 
-def test_continuous_worker_waits_for_new_seeds(serve, pg_url: PgUrl) -> None:
+def test_continuous_worker_waits_for_new_seeds(serve, pg_url: PgUrl, tmp_path: Path) -> None:
     site = serve({"a": {"/": Page(html("A", ["/x"])), "/x": Page(html("X", []))},
                   "b": {"/": Page(html("B", ["/y"])), "/y": Page(html("Y", []))}})
     assert courtly("add-seeds", site.url("a"), "--db", pg_url).status == 0
     proc = courtly_process("worker", "--db", pg_url, "--continuous", "--min-delay", "0",
-                           "--progress", "off", env=ENV)
+                           "--progress", "off", "--config", fleet_config(tmp_path))
     try:
         deadline = time.monotonic() + 20
         while len(fetched_paths(site, "a")) < 2 and time.monotonic() < deadline:

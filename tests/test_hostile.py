@@ -27,7 +27,7 @@ from courtly.nesting import flatten
 from courtly.parse import PARSE_AS_IS, parse_html
 from courtly.site import Page, html
 from courtly.store.sqlite import SqliteStore
-from tests.conftest import courtly, courtly_process, fetched_paths, rows
+from tests.conftest import courtly, courtly_process, fetched_paths, rows, with_sqlite_pragmas
 from tests.hostile_server import (
     Conn,
     HostileServer,
@@ -375,14 +375,14 @@ def big_site(pages: int = 80) -> Any:
 
 
 def test_a_full_disk_stops_cleanly_with_one_line_and_resumes(db: Path) -> None:
-    """SIMULATED full disk: SQLite's max_page_count (a hidden test knob) makes writes fail
+    """SIMULATED full disk: SQLite's max_page_count (set by tests/faults) makes writes fail
     with SQLITE_FULL, the error a full disk gives."""
     strict = db.parent / "strict.toml"  # every action committed: the ones before the disk
     strict.write_text("commit_interval = 0\n")  # filled up stay (group commit loses its window)
     with HostileServer({"big": big_site()}) as srv:
         proc = courtly_process("crawl", srv.url("big"), "--db", db, "--min-delay", "0",
                                "--progress", "off", "--config", strict,
-                               env={"COURTLY_TEST_SQLITE_PRAGMAS": "max_page_count=400"})
+                               env=with_sqlite_pragmas("max_page_count=400"))
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 1, err
         assert "Traceback" not in err
@@ -400,12 +400,13 @@ def test_a_full_disk_stops_cleanly_with_one_line_and_resumes(db: Path) -> None:
 
 
 def test_an_unwritable_database_is_one_line(db: Path) -> None:
-    """SIMULATED when running as root (chmod does not stop root): PRAGMA query_only."""
+    """SIMULATED when running as root (chmod does not stop root): PRAGMA query_only
+    (tests/faults)."""
     with HostileServer({"big": big_site(3)}) as srv:
         assert courtly("add-seeds", srv.url("big"), "--db", db).status == 0
-        env = {}
+        env: dict[str, str] = {}
         if os.geteuid() == 0:
-            env["COURTLY_TEST_SQLITE_PRAGMAS"] = "query_only=1"
+            env = with_sqlite_pragmas("query_only=1")
         else:
             db.chmod(0o444)
         proc = courtly_process("crawl", "--db", db, "--progress", "off", env=env)

@@ -13,7 +13,7 @@ from courtly.model import Candidate, CrawlAction, ExitCode, LinkState
 from courtly.outcome import Next
 from courtly.policy import Policy
 from courtly.robots import rules_for_status
-from courtly.scheduler import OriginCrawler
+from courtly.scheduler import Ending, EndKind, OriginCrawler
 from courtly.store import OriginState
 
 URL = "http://a.test/page"
@@ -174,13 +174,15 @@ def test_settling_an_action(
 
 def test_an_error_that_costs_patience_says_so_and_an_answer_forgives() -> None:
     origin = crawler(patience=1)
-    origin.finish_reason = "earlier"
+    earlier = Ending(EndKind.ROBOTS_UNAVAILABLE, "earlier")
+    origin.ending = earlier
     settled = outcome.settle(action(ExitCode.TIMEOUT), origin, CONFIG)
-    assert (settled.patience, settled.finish_reason) == (0, "out of patience after TIMEOUT: d")
+    assert settled.patience == 0
+    assert settled.ending == Ending(EndKind.OUT_OF_PATIENCE, "out of patience after TIMEOUT: d")
     settled = outcome.settle(action(ExitCode.HTTP_CLIENT_ERROR, 404), origin, CONFIG)
-    assert (settled.patience, settled.finish_reason) == (5, "")
+    assert (settled.patience, settled.ending) == (5, None)
     settled = outcome.settle(action(ExitCode.TOO_LARGE), origin, CONFIG)
-    assert (settled.patience, settled.finish_reason) == (1, "earlier")
+    assert (settled.patience, settled.ending) == (1, earlier)
 
 
 @pytest.mark.parametrize(
@@ -237,3 +239,28 @@ def test_a_conditional_get_sends_the_stored_validators(
     etag: str | None, modified: str | None, headers: dict[str, str] | None
 ) -> None:
     assert outcome.validators(Candidate(1, URL, 0, etag=etag, last_modified=modified)) == headers
+
+
+@pytest.mark.parametrize(
+    ("crawl_delay", "above_cap", "pages", "most", "kind"),
+    [
+        (None, "skip", 0, 0, None),
+        (30.0, "skip", 0, 0, None),  # at the cap
+        (31.0, "clamp", 0, 0, None),  # clamped to the cap
+        (31.0, "skip", 0, 0, EndKind.CRAWL_DELAY),
+        (None, "skip", 9, 10, None),
+        (None, "skip", 10, 10, EndKind.TRAP),
+        (31.0, "skip", 10, 10, EndKind.CRAWL_DELAY),  # the Crawl-delay is asked first
+    ],
+)
+def test_an_origin_ends_before_its_work(
+    crawl_delay: float | None, above_cap: str, pages: int, most: int, kind: EndKind | None
+) -> None:
+    config = CrawlConfig.model_validate({
+        "politeness": {"crawl_delay_above_cap": above_cap},
+        "traps": {"max_pages_per_origin": most},
+    })
+    origin = crawler()
+    origin.state.crawl_delay, origin.pages_this_run = crawl_delay, pages
+    ending = outcome.ending(origin, config)
+    assert (ending and ending.kind) == kind

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg
@@ -199,17 +200,20 @@ def proxied(pg_url: PgUrl) -> Iterator[tuple[Proxy, str]]:
     proxy.cut()
 
 
-def test_database_restart_is_survived_and_an_outage_stops_cleanly(serve, proxied) -> None:
+def test_database_restart_is_survived_and_an_outage_stops_cleanly(
+    serve, proxied, tmp_path: Path
+) -> None:
     proxy, url = proxied
     n = 40
     pages = {"/": Page(html("home", [f"/p{i}" for i in range(n)]))}
     pages |= {f"/p{i}": Page(html(f"page {i} " + "x " * i, [], body=f"{i} " * i), delay=0.01)
               for i in range(n)}
     site = serve({"a": pages})
-    env = {"COURTLY_PG_RETRY_SECONDS": "2", "COURTLY_LEASE_SECONDS": "3"}
+    config = tmp_path / "fleet.toml"
+    config.write_text("[fleet]\nreconnect_seconds = 2\nlease_seconds = 3\n")
     assert courtly("add-seeds", site.url("a"), "--db", url).status == 0
     proc = courtly_process("worker", "--db", url, "--min-delay", "0.1", "--progress", "off",
-                           env=env)
+                           "--config", config)
 
     def crawled() -> int:
         return len(rows(url, "SELECT id FROM crawl_log"))

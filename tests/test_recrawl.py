@@ -11,7 +11,15 @@ from courtly.config import Recrawl, Robots
 from courtly.model import Candidate, CrawlAction, ExitCode
 from courtly.recrawl import interval, next_due
 from courtly.site import Page, html
-from tests.conftest import candidates, courtly, courtly_process, fetched_paths, rows
+from tests.conftest import (
+    candidates,
+    courtly,
+    courtly_process,
+    fetched_paths,
+    move_clock,
+    rows,
+    time_moved,
+)
 
 DAY = 86400.0
 HTML = "text/html"
@@ -44,8 +52,8 @@ def recrawl_site() -> dict[str, object]:
 
 
 def crawl_at(offset_days: float, *args: object) -> None:
-    """Run `courtly crawl` as a real process with time moved forward by COURTLY_TIME_OFFSET."""
-    proc = courtly_process("crawl", *args, env={"COURTLY_TIME_OFFSET": str(offset_days * DAY)})
+    """Run `courtly crawl` as a real process with its clock moved forward."""
+    proc = courtly_process("crawl", *args, env=time_moved(offset_days * DAY))
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
 
@@ -122,8 +130,8 @@ def test_force_recrawl_and_time_offset_in_process(
     assert site.hits_for("a")[-5:][0].path  # requests were made again
     same = [h for h in site.hits_for("a") if h.path == "/same"]
     assert same[1].headers["If-None-Match"] == '"v1"'
-    # the clock is read at each call: moving COURTLY_TIME_OFFSET makes pages due in-process too
-    monkeypatch.setenv("COURTLY_TIME_OFFSET", str(30 * DAY))
+    # the clock is read at each call: moving it makes pages due in-process too
+    move_clock(monkeypatch, 30 * DAY)
     assert courtly("crawl", "--db", db, "--min-delay", "0").status == 0
     assert len(fetched_paths(site, "a")) == 15
 
@@ -190,6 +198,6 @@ def test_recrawl_config_keys(
     a = site.origins["a"]
     assert courtly("crawl", a + "/", "--db", db, "--min-delay", "0", "--config", config).status == 0
     assert intervals(db, a)["/"] == 3600 and intervals(db, a)["/gone"] == 60
-    monkeypatch.setenv("COURTLY_TIME_OFFSET", "120")  # two minutes later: only the error is due
+    move_clock(monkeypatch, 120)  # two minutes later: only the error is due
     assert courtly("crawl", "--db", db, "--min-delay", "0", "--config", config).status == 0
     assert fetched_paths(site, "a")[5:] == ["/gone"]

@@ -19,7 +19,15 @@ from courtly.strategy import (
     StrategyError,
     load_strategy,
 )
-from tests.conftest import candidates, courtly, courtly_process, fetched_paths, robots, rows
+from tests.conftest import (
+    candidates,
+    courtly,
+    courtly_process,
+    fetched_paths,
+    move_clock,
+    robots,
+    rows,
+)
 
 
 def tree() -> dict[str, Page]:
@@ -135,7 +143,7 @@ def test_recrawl_only_adds_nothing(serve, db: Path, monkeypatch: pytest.MonkeyPa
     site = serve({"a": {"/": Page(html("Home", ["/x"])), "/x": Page(html("X", []))}})
     assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
     site.sites["a"]["/"] = Page(html("Home", ["/x", "/new"]))  # type: ignore[index]
-    monkeypatch.setenv("COURTLY_TIME_OFFSET", str(8 * 86400))
+    move_clock(monkeypatch, 8 * 86400)
     run = courtly("crawl", "--db", db, "--min-delay", "0", "--strategy", "recrawl-only")
     assert run.status == 0, run.err
     assert fetched_paths(site, "a") == ["/", "/x", "/", "/x"]

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 
 import click
 
-from courtly import clock
 from courtly.config import WARC_MAX_SIZE, ConfigError, CrawlConfig, load_config
+from courtly.errors import describe
 from courtly.store import Store, StoreError, open_store
 from courtly.store.sqlite import read_only
 
@@ -188,7 +188,7 @@ def strategy_hook(spec: str, hook: str) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        fail(f"strategy {spec!r} failed in {hook}: {type(exc).__name__}: {exc}")
+        fail(f"strategy {spec!r} failed in {hook}: {describe(exc, where=False)}")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -198,10 +198,6 @@ def main(verbose: int) -> None:
     """courtly: a polite, persistent web crawler."""
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        clock.read_offset()
-    except ValueError:
-        fail("COURTLY_TIME_OFFSET must be a number of seconds")
 
 
 @main.command()
@@ -247,16 +243,12 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
             stats = run_worker(cast("PostgresStore", store), config, strategy, again,
                                progress.update, continuous)
         progress.summary(stats)
-        return 1 if stats.stop_reason.startswith(_FAILED) else 0
+        return 1 if stats.stop is not None and stats.stop.failed else 0
     crawler = Crawler(config, store, strategy, on_progress=progress.update)
     with progress:
         stats = asyncio.run(crawler.run())
     progress.summary(stats)
-    return 1 if stats.stop_reason.startswith(_FAILED) else 0
-
-
-#: stop reasons that make the crawl's exit status 1
-_FAILED = ("database error", "internal error", "local error", "cannot write WARC")
+    return 1 if stats.stop is not None and stats.stop.failed else 0
 
 
 def check_surroundings(config: CrawlConfig) -> None:

@@ -9,6 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from courtly.patterns import compile_pattern
+from courtly.proxy import parse_proxy
+
 
 class ConfigError(Exception):
     """A user's configuration mistake; the message is one line naming the key."""
@@ -36,12 +39,16 @@ class Politeness(_Section):
     max_retries: int = Field(2, ge=0)
 
 
+#: RFC 9309 2.5: a robots.txt parse limit, if any, must be at least 500 KiB
+ROBOTS_MIN_PARSE_LIMIT = 500 * 1024
+
+
 class Robots(_Section):
     """robots.txt handling (RFC 9309)."""
 
     obey: bool = True
     expiry: float = Field(1800.0, gt=0)
-    max_size: int = Field(512 * 1024, ge=500 * 1024)
+    max_size: int = Field(512 * 1024, ge=ROBOTS_MIN_PARSE_LIMIT)
     max_redirects: int = Field(5, ge=0)
     stale_cache_limit: float = Field(86400.0, ge=0)
 
@@ -131,8 +138,6 @@ class Policies(_Section):
     @classmethod
     def _patterns_compile(cls, patterns: list[str]) -> list[str]:
         """Reject empty patterns and invalid regexes at load time, naming the pattern."""
-        from courtly.policy import compile_pattern  # late: policy imports urls imports config
-
         for pattern in patterns:
             compile_pattern(pattern)
         return patterns
@@ -167,6 +172,23 @@ class Recrawl(_Section):
     changed_factor: float = Field(0.5, gt=0, le=1)  # interval × this when the content changed
     unchanged_factor: float = Field(1.5, ge=1)  # interval × this when it did not
     error_backoff: float = Field(2.0, ge=1)  # error interval × this after each repeated error
+
+
+class FleetConfig(_Section):
+    """Distributed mode: workers sharing a PostgreSQL crawl database (docs/distributed.md)."""
+
+    #: a worker that stops renewing its leases loses them after this long
+    lease_seconds: float = Field(30.0, gt=0)
+    #: partitions of the registered domains; fixed when a crawl database first gets them
+    partitions: int = Field(64, ge=1, le=65536)
+    #: how long a lost database connection is reconnected (with backoff) before the pass stops
+    reconnect_seconds: float = Field(60.0, ge=0)
+    #: crawl passes a worker joins again after its connection was lost inside a transaction
+    restarts: int = Field(5, ge=0)
+    #: a worker finds the other workers of its host name that have died (by process id) and frees
+    #: their leases at once; turn off when workers of one host name run in separate process id
+    #: namespaces (containers sharing the host's name), where another's id means nothing
+    same_host_pid_check: bool = True
 
 
 class Dedup(_Section):
@@ -218,6 +240,7 @@ class CrawlConfig(_Section):
     traps: Traps = Field(default_factory=Traps)
     recrawl: Recrawl = Field(default_factory=Recrawl)
     dedup: Dedup = Field(default_factory=Dedup)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
     warc: Warc = Field(default_factory=Warc)
     #: an HTTP proxy for every request (else HTTP_PROXY, HTTPS_PROXY… are read: proxy.py)
     proxy: str | None = None
@@ -229,8 +252,6 @@ class CrawlConfig(_Section):
     @classmethod
     def _proxy_is_usable(cls, proxy: str | None) -> str | None:
         """Reject a proxy URL courtly cannot use (another scheme, no host, a bad port)."""
-        from courtly.proxy import parse_proxy  # late: proxy imports connection imports config
-
         if proxy:
             parse_proxy(proxy)
         return proxy

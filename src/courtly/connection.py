@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import brotli
 import httptools
 
+from courtly.errors import FetchError, LocalError
 from courtly.model import ExitCode
 
 if TYPE_CHECKING:
@@ -31,29 +32,6 @@ if TYPE_CHECKING:
 #: what a response turns into: status, headers (lower-case names, repeats joined), body, and
 #: the head as received (status line and header lines in their order and case, see `head`)
 Answer = tuple[int, dict[str, str], bytes, bytes]
-
-
-class FetchError(Exception):
-    """A fetch that ended without a usable response, with the exit code to log.
-
-    stale: a kept-alive connection was closed by the server before any byte of the response
-    (the request may be sent again at once on a new connection).
-    """
-
-    def __init__(self, exit_code: ExitCode, detail: str, stale: bool = False) -> None:
-        super().__init__(detail)
-        self.exit_code = exit_code
-        self.detail = detail
-        self.stale = stale
-
-
-class LocalError(Exception):
-    """A fetch that failed for want of courtly's own resources (file descriptors, buffers,
-    memory, disk): never the site's fault. Not a FetchError, so no crawl action can log it."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
 
 
 #: errno values that mean courtly's own machine is out of something, not that the site failed

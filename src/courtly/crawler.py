@@ -11,13 +11,13 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Protocol
 
 from courtly import clock, outcome
 from courtly.config import CrawlConfig
 from courtly.content import ContentReader
-from courtly.errors import describe, one_line
+from courtly.errors import describe
 from courtly.fetch import Fetcher, FetchError, HttpResponse, LocalError
 from courtly.gate import Gate
 from courtly.links import Links, request_of
@@ -25,25 +25,23 @@ from courtly.model import COMPLETED, Candidate, CrawlAction, ExitCode
 from courtly.policy import Policy, ShapeBudget
 from courtly.robots_cache import RobotsCache
 from courtly.scheduler import (
-    REST_AFTER,
-    RESTING_BATCH,
+    Ending,
+    EndKind,
     OriginCrawler,
     Turns,
     backoff_jitter,
     delay_for,
-    effective_crawl_delay,
+    key_of,
     pause,
-    politeness_key,
+    todo_batch,
 )
-from courtly.stats import CrawlStats
-from courtly.store import OriginState, Store, StoreError
+from courtly.stats import CrawlStats, Stop, StopKind
+from courtly.store import Store, StoreError
 from courtly.strategy import CrawlingStrategy, StoreContext
 from courtly.urls import host_of, origin_of
-from courtly.warc import WarcFiles, archive_action
+from courtly.warc import CrawlArchive
 
 log = logging.getLogger("courtly")
-
-TODO_BATCH = 64
 
 
 class Fleet(Protocol):
@@ -71,9 +69,8 @@ class Crawler:
         self.policy = Policy(config.policies, config.traps, [o + "/" for o in self.origins])
         self.stats = CrawlStats(origins_total=len(self.origins))
         self.on_progress = on_progress
-        shared = config.politeness.politeness_key != "origin"
-        self.turns = Turns(config.concurrency, self._turn, self._stop_for, self.stats,
-                           self._politeness_key if shared else None)
+        keys = key_of(config.politeness.politeness_key, lambda h, p: self.fetcher.address_of(h, p))
+        self.turns = Turns(config.concurrency, self._turn, self._stop_for, self.stats, keys)
         self.crawlers = self.turns.crawlers
         self.gate = Gate(self.crawlers, config.politeness)  # whichever origin asks (gate.py)
         self.run_id = 0
@@ -82,21 +79,15 @@ class Crawler:
         self.robots = RobotsCache(config, store)
         self.links = Links(strategy, store, self.policy, config.normalize, self._admit)
         self.content = ContentReader(config, store, strategy, self.links)
-        strategy.bind(StoreContext(store, self._live_state))
-        warc = config.warc  # crawl --warc: the kept pages' records, as they are recorded
-        self.warc = None if warc.dir is None else WarcFiles(warc.dir, warc.max_size, warc.prefix)
+        strategy.bind(StoreContext(store, self.turns.live_state))
+        self.warc = CrawlArchive.of(config.warc, store)  # crawl --warc, as actions are recorded
 
-    def _live_state(self, origin: str) -> OriginState | None:
-        crawler = self.crawlers.get(origin)
-        return None if crawler is None else crawler.state
-
-    # -- the run -----------------------------------------------------------------------
     async def run(self) -> CrawlStats:
         """Crawl until every origin is finished, the budget is spent, or a signal arrives."""
         self.run_id = self.fleet.join() if self.fleet is not None else self.store.begin_run()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stop, f"stopped by {signal.Signals(sig).name}")
+            loop.add_signal_handler(sig, self.stop, StopKind.SIGNAL, f"stopped by {sig.name}")
         try:  # a signal during the shut-down is handled too: it is already stopping
             return await self._crawl_until_done()
         finally:
@@ -111,20 +102,16 @@ class Crawler:
             for origin in self.origins if self.fleet is None else ():
                 self._add_crawler(origin)
             self.store.commit_interval = self.config.commit_interval
-            helpers = [asyncio.create_task(self._guarded(self._housekeeping()))]
-            if self.fleet is not None:
-                helpers.append(asyncio.create_task(self._guarded(self.fleet.follow(self))))
+            jobs = [self._housekeeping(), *([self.fleet.follow(self)] if self.fleet else [])]
             try:
-                await self.turns.run(lambda: self.fleet is not None and not self._fleet_done)
+                await self.turns.run(lambda: self.fleet is not None and not self._fleet_done, jobs)
             finally:
-                for task in helpers:
-                    task.cancel()
                 await self.turns.drain()
                 self.content.close()
                 if self.warc is not None:
                     self.warc.close()  # the last file, indexed
-        if not self.stats.stop_reason:
-            self.stats.stop_reason = "finished: no origin has work left"
+        if self.stats.stop is None:
+            self.stats.stop = Stop(StopKind.FINISHED, "finished: no origin has work left")
             self.store.finish_run(self.run_id)
         self.store.flush()
         try:
@@ -132,50 +119,34 @@ class Crawler:
         except StoreError:
             raise
         except Exception as exc:  # the strategy's bug: one line, exit status 1
-            self.stats.stop_reason = f"internal error: strategy close(): {describe(exc)}"
+            text = f"internal error: strategy close(): {describe(exc)}"
+            self.stats.stop = Stop(StopKind.INTERNAL_ERROR, text)
         if self.on_progress:
             self.on_progress(self.stats)
         return self.stats
 
-    def stop(self, reason: str) -> None:
+    def stop(self, kind: StopKind, text: str) -> None:
         """Stop dispatching new turns; in-flight requests get a short grace period."""
-        if not self.stats.stop_reason:
-            self.stats.stop_reason = reason
+        if self.stats.stop is None:
+            self.stats.stop = Stop(kind, text)
         self.turns.stop()
 
-    def _add_crawler(self, origin: str) -> OriginCrawler:
+    def _add_crawler(self, origin: str, taken_over: bool = False) -> None:
         state = self.store.load_origin(origin)
-        traps = self.config.traps
-        crawler = OriginCrawler(origin, state, patience=self.config.politeness.patience,
-                                shapes=ShapeBudget(traps.max_actions_per_shape,
-                                                   traps.shape_depth_slack))
-        wait = max(0.0, state.backoff_until - clock.now())
-        self.turns.add(crawler, time.monotonic() + wait)
-        return crawler
-
-    async def _politeness_key(self, origin: str) -> str:
-        """The key of the gate an origin shares with others (`politeness_key` host, domain, ip);
-        with ip, the address its requests go to (resolved once: the fetcher keeps it)."""
-        kind = self.config.politeness.politeness_key
-        if kind != "ip":
-            return politeness_key(origin, kind)
-        host = host_of(origin + "/")
-        address = await self.fetcher.address_of(host, int(origin.rpartition(":")[2]))
-        return address or host  # no address: its requests fail, alone
+        traps, rules = self.config.traps, self.config.politeness
+        crawler = OriginCrawler(origin, state, patience=rules.patience, shapes=ShapeBudget(
+            traps.max_actions_per_shape, traps.shape_depth_slack))
+        if taken_over:  # from another worker, whose last request may be recent
+            crawler.next_request_at = time.monotonic() + delay_for(crawler, rules)
+        self.turns.add(crawler, time.monotonic() + max(0.0, state.backoff_until - clock.now()))
 
     def _stop_for(self, crawler: OriginCrawler | None, exc: Exception) -> None:
-        """A turn (of `crawler`) or a helper task raised: a database error, a local error, or a
-        bug named with where it was raised, stops the crawl with one line (exit status 1)."""
+        """A turn (of `crawler`) or a helper task raised: the crawl stops with one line."""
         if crawler is not None and not isinstance(exc, LocalError):
             crawler.patience = 0  # finished for this run (our machine's error is not the site's)
-        if isinstance(exc, StoreError):
-            log.info("database error: %s", exc)  # the stop reason: the summary's one line
-            self.stop(f"database error: {exc}")
-        elif isinstance(exc, LocalError):  # our machine, not the site's fault
-            self.stop(f"local error: {exc.detail}")
-        else:
-            log.debug("internal error", exc_info=exc)
-            self.stop(f"internal error: {describe(exc)}")
+        stop = Stop.of(exc)
+        log.info("%s", stop.text, exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
+        self.stop(stop.kind, stop.text)
 
     def _admit(self, url: str, origin: str) -> None:
         """A link to `origin`: a finished crawler is reopened, a new origin in scope added."""
@@ -192,29 +163,27 @@ class Crawler:
 
     # -- one turn of one origin ----------------------------------------------------------
     async def _turn(self, crawler: OriginCrawler) -> float | None:
-        """Do one thing for this origin; return when it may go again, or None when finished.
-        An origin finished early gives up the URLs it has left, a todo list a turn."""
+        """Do one thing for this origin; when it may go again, or None when finished (an origin
+        that ended early first gives up the URLs it has left, a todo list a turn)."""
         at = await self._step(crawler)
-        if at is None and crawler.finish_reason and not self.turns.stopping:
+        if at is None and crawler.ending and not self.turns.stopping:
             return self._give_up(crawler)
         return at
 
     def _give_up(self, crawler: OriginCrawler) -> float | None:
         """Record a batch of the URLs left to an origin given up: ORIGIN_GIVEN_UP (due again at
         once, so the next run takes them), not counted against --max-actions."""
-        left = list(crawler.todo) or self.store.take_todo(crawler.origin, self.run_id,
-                                                          TODO_BATCH, self.due_time())
-        crawler.todo.clear()
-        for candidate in left:
-            self._record(crawler, CrawlAction(candidate, crawler.origin, ExitCode.ORIGIN_GIVEN_UP,
-                                              clock.now(), detail=crawler.finish_reason),
-                         budgeted=False)
+        left = crawler.todo or self.store.take_todo(
+            crawler.origin, self.run_id, max(1, self.strategy.todo_batch), self.due_time())
+        crawler.todo = []
+        for action in outcome.given_up(left, crawler, clock.now()):
+            self._record(crawler, action, budgeted=False)
         return time.monotonic() if left else None
 
     async def _step(self, crawler: OriginCrawler) -> float | None:
         """The turn's one thing: robots.txt, or the next candidate's crawl action."""
         if crawler.patience <= 0:
-            crawler.finish_reason = crawler.finish_reason or "out of patience"
+            crawler.ending = crawler.ending or Ending(EndKind.OUT_OF_PATIENCE, "out of patience")
             return None
         if self.fleet is not None and not self.fleet.owns(crawler.origin):
             return None  # its partition is being handed over (or our lease is in doubt)
@@ -224,8 +193,8 @@ class Crawler:
             if not self.robots.load_stored(crawler):
                 await self.robots.fetch(crawler, self._get_robots)
                 return None if crawler.patience <= 0 else crawler.next_request_at
-        if effective_crawl_delay(crawler.state.crawl_delay, self.config.politeness) is None:
-            crawler.finish_reason = f"Crawl-delay {crawler.state.crawl_delay}s is above the cap"
+        if (ending := outcome.ending(crawler, self.config)) is not None:
+            crawler.ending = ending
             return None
         if crawler.origin not in self._opened:
             self._opened.add(crawler.origin)
@@ -239,7 +208,7 @@ class Crawler:
         action = await self._crawl(crawler, candidate)
         self._record(crawler, action)
         if self.strategy.finished():
-            self.stop("the strategy reached its goal")
+            self.stop(StopKind.GOAL, "the strategy reached its goal")
         return None if crawler.patience <= 0 else crawler.next_request_at
 
     async def _get_robots(self, url: str) -> HttpResponse:
@@ -250,17 +219,11 @@ class Crawler:
 
     def _next_candidate(self, crawler: OriginCrawler) -> Candidate | None:
         """The next URL to fetch: refill the todo list, log the ones policy or robots refuse."""
-        traps = self.config.traps
         while not self.turns.stopping:
             if self._stop_if_budget_spent():
                 return None
-            if traps.max_pages_per_origin and crawler.pages_this_run >= traps.max_pages_per_origin:
-                crawler.finish_reason = f"trap: max_pages_per_origin {traps.max_pages_per_origin}"
-                return None
             if not crawler.todo:
-                batch = self.strategy.todo_batch or TODO_BATCH
-                if delay_for(crawler, self.config.politeness) > REST_AFTER:
-                    batch = min(batch, RESTING_BATCH)  # it rests between turns (docs/scaling.md)
+                batch = todo_batch(crawler, self.strategy.todo_batch, self.config.politeness)
                 crawler.todo = self.store.take_todo(crawler.origin, self.run_id, batch,
                                                     self.due_time())
                 if not crawler.todo:
@@ -283,7 +246,7 @@ class Crawler:
         """Stop the crawl when --max-actions is used up (actions in flight count)."""
         budget = self.config.max_actions
         if budget and self.stats.actions + self.stats.in_flight - 1 >= budget:
-            self.stop(f"budget of {budget} crawl actions spent")
+            self.stop(StopKind.BUDGET, f"budget of {budget} crawl actions spent")
             return True
         return False
 
@@ -336,7 +299,7 @@ class Crawler:
                 ) -> None:
         """Settle the action, tell the strategy about errors, write it all in one transaction."""
         settled = outcome.settle(action, crawler, self.config)
-        crawler.patience, crawler.finish_reason = settled.patience, settled.finish_reason
+        crawler.patience, crawler.ending = settled.patience, settled.ending
         action.retry = settled.retry
         if settled.reset_backoff:
             crawler.state.backoff_until, crawler.state.backoff_level = 0.0, 0
@@ -349,19 +312,15 @@ class Crawler:
             action.recrawl_interval = settled.recrawl_interval
             action.next_due = action.started + settled.recrawl_interval
         self.store.record(action, self.run_id)
-        if self.warc is not None and action.exchange is not None:
-            try:
-                archive_action(self.warc, self.store, action)
-            except OSError as exc:
-                self.stop(f"cannot write WARC file: {one_line(exc)}")
+        if self.warc is not None and (failed := self.warc.keep(action)):
+            self.stop(StopKind.ARCHIVE_ERROR, failed)
         self.strategy.domain_metadata.flush()
         self.stats.actions += budgeted  # ORIGIN_GIVEN_UP costs no --max-actions budget
         self.stats.exit_codes[str(action.exit_code)] += 1
         self._stop_if_budget_spent()  # now, not when this origin's next turn comes
 
-    # -- what the fleet drives (Fleet.follow) --------------------------------------------
     def rescope(self, origins: list[str]) -> None:
-        """The configured origins changed (seeds were added): the scope follows."""
+        """(Fleet.follow) The configured origins changed (seeds were added): the scope follows."""
         if origins != self.origins:
             self.origins = origins
             self.policy = self.links.policy = Policy(self.config.policies, self.config.traps,
@@ -371,21 +330,12 @@ class Crawler:
     def take_over(self, origin: str) -> None:
         """An origin of our leases with work: crawl it (the last owner's request may be recent)."""
         if origin not in self.crawlers:
-            crawler = self._add_crawler(origin)
-            delay = delay_for(crawler, self.config.politeness)
-            crawler.next_request_at = time.monotonic() + delay
+            self._add_crawler(origin, taken_over=True)
 
     def fleet_finished(self) -> None:
         """The fleet has no work left: the loop ends when its turns do."""
         self._fleet_done = True
         self.turns.wake()
-
-    async def _guarded(self, task: Awaitable[None]) -> None:
-        """A helper task (housekeeping, the fleet): a database error or a bug stops the crawl."""
-        try:
-            await task
-        except Exception as exc:
-            self._stop_for(None, exc)
 
     async def _housekeeping(self) -> None:
         """Commit the writes group commit held back, and report progress twice a second."""

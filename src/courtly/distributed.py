@@ -4,10 +4,8 @@ Registered domains hash into a fixed number of partitions. A worker leases its f
 (lease rows with an expiry renewed by a heartbeat) and crawls only the configured origins of the
 partitions it holds; links for other partitions are written to the database for their owner.
 The crawler polls `Worker.poll` every `interval` seconds and asks `Worker.owns` before each turn.
-docs/distributed.md explains the protocol, failover and the exit rule.
-
-Hidden knobs (environment): COURTLY_LEASE_SECONDS (default 30), COURTLY_PARTITIONS (default 64,
-read only when a crawl database gets its partitions, then fixed).
+docs/distributed.md explains the protocol, failover and the exit rule; `[fleet]` (config.py)
+its settings.
 """
 
 from __future__ import annotations
@@ -27,19 +25,17 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from courtly.crawler import Crawler
-from courtly.scheduler import OriginCrawler
+from courtly.scheduler import FOR_THE_RUN, OriginCrawler
+from courtly.stats import CrawlStats, StopKind
 from courtly.store.postgres import PostgresStore
 from courtly.urls import host_of, registered_domain
 
 if TYPE_CHECKING:
-    from courtly.config import CrawlConfig
-    from courtly.stats import CrawlStats
+    from courtly.config import CrawlConfig, FleetConfig
     from courtly.strategy import CrawlingStrategy
 
 log = logging.getLogger("courtly")
 
-DEFAULT_LEASE_SECONDS = 30.0
-DEFAULT_PARTITIONS = 64
 #: a lease is trusted locally only up to this fraction of its length after the renewal was sent
 _SAFETY = 0.8
 
@@ -66,12 +62,6 @@ def partition_of(origin: str, partitions: int) -> int:
     return xxhash.xxh64_intdigest(partition_key(origin).encode()) % partitions
 
 
-def lease_seconds_from_env() -> float:
-    """COURTLY_LEASE_SECONDS, or the default."""
-    value = os.environ.get("COURTLY_LEASE_SECONDS")
-    return float(value) if value else DEFAULT_LEASE_SECONDS
-
-
 @dataclass
 class Plan:
     """What the crawler should do after a poll: crawl these origins; done: the fleet finished."""
@@ -85,22 +75,16 @@ class Worker:
     """One worker's membership in the fleet: its id, its leases, its answer to "mine?"."""
 
     def __init__(
-        self,
-        store: PostgresStore,
-        continuous: bool = False,
-        lease_seconds: float | None = None,
-        partitions: int | None = None,
+        self, store: PostgresStore, settings: FleetConfig, continuous: bool = False
     ) -> None:
         self.store = store
+        self.settings = settings
         self.continuous = continuous
-        self.lease_seconds = lease_seconds or lease_seconds_from_env()
+        self.lease_seconds = settings.lease_seconds
         self.interval = max(0.05, min(5.0, self.lease_seconds / 4))
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.id = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:6]}"
-        self._want_partitions = partitions or int(
-            os.environ.get("COURTLY_PARTITIONS") or DEFAULT_PARTITIONS
-        )
         self.partitions = 0
         self.run = 0
         self.held: set[int] = set()  # leased and crawled
@@ -114,7 +98,7 @@ class Worker:
     # -- joining and leaving ---------------------------------------------------------------
     def join(self) -> int:
         """Register, make sure the partitions exist, join the fleet's run; returns the run id."""
-        self.partitions = self.store.ensure_partitions(self._want_partitions)
+        self.partitions = self.store.ensure_partitions(self.settings.partitions)
         self.store.register_worker(self.id, self.host, self.pid)
         self.store.worker = self.id
         self.run = self.store.join_run()
@@ -215,9 +199,8 @@ class Worker:
     def _rebalance(self, active: set[str], held: set[int]) -> None:
         store = self.store
         live, local = store.fleet(self.host)
-        dead = [wid for wid, pid in local if wid != self.id and not _pid_alive(pid)]
-        if os.environ.get("COURTLY_LOCAL_PID_CHECK", "1") == "0":
-            dead = []  # tests of lease expiry
+        check = self.settings.same_host_pid_check
+        dead = [wid for wid, pid in local if check and wid != self.id and not _pid_alive(pid)]
         if dead:  # a worker on this machine was killed: its leases need not wait to expire
             log.warning("workers %s on this host are gone; freeing their leases", dead)
             store.stop_workers(dead)
@@ -245,8 +228,8 @@ class Worker:
 
 def _gave_up(crawler: OriginCrawler) -> bool:
     """An origin crawler that stopped although work may remain: no retry this run."""
-    reason = crawler.finish_reason
-    return crawler.patience <= 0 or reason.startswith(("trap:", "Crawl-delay"))
+    ending = crawler.ending
+    return crawler.patience <= 0 or (ending is not None and ending.kind in FOR_THE_RUN)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -257,10 +240,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-#: a crawl stopped by a lost connection is started again this many times before giving up
-RESTARTS = 5
 
 
 def run_worker(
@@ -275,11 +254,12 @@ def run_worker(
 
     A connection lost between two statements is retried inside the store (with backoff); one
     lost inside a transaction stops the crawl pass, which rolled back: the worker gives its
-    leases back and joins again, up to RESTARTS times, then stops with the store's message.
+    leases back and joins again, up to fleet.restarts times, then stops with the store's message.
     """
-    restarts = 0
+    restarts, most = 0, config.fleet.restarts
+    store.retry_seconds = config.fleet.reconnect_seconds
     while True:
-        worker = Worker(store, continuous)
+        worker = Worker(store, config.fleet, continuous)
         crawler = Crawler(config, store, strategy, on_progress=on_progress, fleet=worker)
         try:
             stats = asyncio.run(crawler.run())
@@ -288,11 +268,11 @@ def run_worker(
                 worker.leave()
             except Exception as exc:  # the database is gone: the leases will expire
                 log.warning("could not give the leases back: %s", exc)
-        lost = "lost the connection" in stats.stop_reason
-        if not (stats.stop_reason.startswith("database error") and lost) or restarts >= RESTARTS:
+        lost = stats.stop is not None and stats.stop.kind is StopKind.CONNECTION_LOST
+        if not lost or restarts >= most:
             return stats
         restarts += 1
-        log.warning("%s; joining the crawl again (%d/%d)", stats.stop_reason, restarts, RESTARTS)
+        log.warning("%s; joining the crawl again (%d/%d)", stats.stop_reason, restarts, most)
         strategy = new_strategy()
 
 

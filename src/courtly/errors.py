@@ -1,9 +1,12 @@
-"""Errors as the user reads them: one line of valid text, never a traceback."""
+"""courtly's own errors of a fetch, and errors as the user reads them: one line of valid text,
+never a traceback."""
 
 from __future__ import annotations
 
 import traceback
 from pathlib import Path
+
+from courtly.model import ExitCode
 
 
 def one_line(exc: BaseException | str) -> str:
@@ -13,9 +16,32 @@ def one_line(exc: BaseException | str) -> str:
     return " ".join(text.split())[:300]
 
 
-def describe(exc: BaseException) -> str:
-    """One line: the exception and the innermost place it was raised (-vv logs the traceback)."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+def describe(exc: BaseException, where: bool = True) -> str:
+    """One line: the exception's type and message and, with `where`, the innermost place it was
+    raised (-vv logs the traceback)."""
     text = f"{type(exc).__name__}: {one_line(str(exc))}" if str(exc) else type(exc).__name__
-    return text + where
+    tb = traceback.extract_tb(exc.__traceback__) if where else None
+    return text + (f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else "")
+
+
+class FetchError(Exception):
+    """A fetch that ended without a usable response, with the exit code to log.
+
+    stale: a kept-alive connection was closed by the server before any byte of the response
+    (the request may be sent again at once on a new connection).
+    """
+
+    def __init__(self, exit_code: ExitCode, detail: str, stale: bool = False) -> None:
+        super().__init__(detail)
+        self.exit_code = exit_code
+        self.detail = detail
+        self.stale = stale
+
+
+class LocalError(Exception):
+    """A fetch that failed for want of courtly's own resources (file descriptors, buffers,
+    memory, disk): never the site's fault. Not a FetchError, so no crawl action can log it."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail

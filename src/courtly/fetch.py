@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from courtly.config import CrawlConfig, Limits
-from courtly.connection import Connection, FetchError, LocalError, deadline_error, is_local
+from courtly.connection import Connection, deadline_error, is_local
 from courtly.dns import Addresses, DnsCache
-from courtly.errors import one_line
+from courtly.errors import FetchError, LocalError, one_line
 from courtly.model import ExitCode
 from courtly.pool import Pool, Slot, connection_limit
 from courtly.proxy import (
@@ -246,8 +246,9 @@ class Fetcher:
         # kept: Python 3.11's get_running_loop() makes a getpid system call (several a request)
         self._loop = asyncio.get_running_loop()
         limits = self.limits
-        self.pool: Pool[_Endpoint] = Pool(self._loop, connection_limit(limits.max_connections),
-                                          limits.keep_alive, _IDLE_PER_ENDPOINT)
+        self.pool: Pool[_Endpoint, Connection] = Pool(
+            self._loop, connection_limit(limits.max_connections), limits.keep_alive,
+            _IDLE_PER_ENDPOINT)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

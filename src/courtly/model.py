@@ -1,13 +1,10 @@
-"""Plain data shared by the rooms: link states, exit codes, crawl actions."""
+"""Plain data shared by the rooms: link states, exit codes, crawl actions, origin state."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from courtly.store.base import OriginState
+from typing import Any
 
 
 class LinkState(StrEnum):
@@ -160,3 +157,20 @@ class StoredRevisit:
     refers_to: str  # the kept page's URL
     refers_to_date: float  # when the kept page was fetched
     original: bytes  # the kept page's body (zstd), for its payload digest
+
+
+@dataclass(slots=True)
+class OriginState:
+    """Per-origin metadata that persists across runs (robots.txt, delays, counts)."""
+
+    origin: str
+    robots_body: bytes | None = None
+    robots_status: int | None = None
+    robots_fetched: float | None = None
+    crawl_delay: float | None = None
+    backoff_until: float = 0.0
+    backoff_level: int = 0
+    sitemaps: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: why the last robots.txt fetch failed, until one succeeds
+    robots_error: str | None = None

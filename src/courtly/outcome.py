@@ -35,7 +35,14 @@ from courtly.model import (
 from courtly.policy import Policy, ShapeBudget
 from courtly.recrawl import interval
 from courtly.robots import RobotsRules
-from courtly.scheduler import OriginCrawler, backoff, retry_after_seconds
+from courtly.scheduler import (
+    Ending,
+    EndKind,
+    OriginCrawler,
+    backoff,
+    effective_crawl_delay,
+    retry_after_seconds,
+)
 from courtly.urls import normalize
 
 #: what a request comes to: a response, or the reason there is none
@@ -82,6 +89,19 @@ def validators(candidate: Candidate) -> dict[str, str] | None:
     if candidate.last_modified:
         headers["If-Modified-Since"] = candidate.last_modified
     return headers
+
+
+def ending(crawler: OriginCrawler, config: CrawlConfig) -> Ending | None:
+    """Whether an origin must finish before its work does: robots.txt's Crawl-delay is above the
+    cap (with crawl_delay_above_cap = "skip"), or the origin's page budget (a trap guard) is
+    spent."""
+    delay = crawler.state.crawl_delay
+    if effective_crawl_delay(delay, config.politeness) is None:
+        return Ending(EndKind.CRAWL_DELAY, f"Crawl-delay {delay}s is above the cap")
+    most = config.traps.max_pages_per_origin
+    if most and crawler.pages_this_run >= most:
+        return Ending(EndKind.TRAP, f"trap: max_pages_per_origin {most}")
+    return None
 
 
 class Next(Enum):
@@ -171,6 +191,14 @@ def too_many_redirects(limit: int) -> Reading:
                    detail=f"redirect chain longer than {limit} hops; target not queued")
 
 
+def given_up(left: list[Candidate], crawler: OriginCrawler, now: float) -> list[CrawlAction]:
+    """The crawl actions of the URLs an origin given up has left: ORIGIN_GIVEN_UP, the origin's
+    ending as their detail."""
+    why = crawler.ending.text if crawler.ending else None
+    return [CrawlAction(c, crawler.origin, ExitCode.ORIGIN_GIVEN_UP, now, detail=why)
+            for c in left]
+
+
 def internal_error(action: CrawlAction, detail: str) -> CrawlAction:
     """The crawl action of a response whose handling raised: what it had found is dropped."""
     return CrawlAction(action.candidate, action.origin, ExitCode.INTERNAL_ERROR, action.started,
@@ -183,7 +211,7 @@ class Settlement:
     """What a finished crawl action costs its origin and leaves its URL."""
 
     patience: int
-    finish_reason: str  # why the origin would finish now ("" when it would not)
+    ending: Ending | None  # why the origin would finish now (None: it would not)
     retry: bool  # crawled again later in this run
     reset_backoff: bool  # a success (not a rate limit, nor a failing server) ends the backoff
     link_state: LinkState
@@ -195,14 +223,14 @@ def settle(action: CrawlAction, crawler: OriginCrawler, config: CrawlConfig) -> 
     """Patience, backoff, retry, link state and recrawl interval of a finished crawl action."""
     rules: Politeness = config.politeness
     code = action.exit_code
-    patience, reason = crawler.patience, crawler.finish_reason
+    patience, ending = crawler.patience, crawler.ending
     if code in COSTS_PATIENCE:
         patience -= 1
-        reason = f"out of patience after {code}: {action.detail}"
+        ending = Ending(EndKind.OUT_OF_PATIENCE, f"out of patience after {code}: {action.detail}")
     elif action.http_status is not None:
-        patience, reason = rules.patience, ""
+        patience, ending = rules.patience, None
     retry = code in RETRY_IN_RUN and action.candidate.attempts < rules.max_retries
     answered = action.http_status is not None and code not in _NOT_A_SUCCESS
     reset = answered and bool(crawler.state.backoff_until or crawler.state.backoff_level)
     due = None if retry else interval(action, action.candidate, config.recrawl, config.robots)
-    return Settlement(patience, reason, retry, reset, link_state(code, retry), due)
+    return Settlement(patience, ending, retry, reset, link_state(code, retry), due)

@@ -175,7 +175,7 @@ def serve(sock: socket.socket) -> None:
 
 
 # -- in the crawler ----------------------------------------------------------------------------
-class _Connection(asyncio.Protocol):
+class _WorkerChannel(asyncio.Protocol):
     """One worker process: requests written to its socket, answers handed out in order.
 
     An asyncio protocol rather than streams: an answer resolves its page's future straight from
@@ -183,7 +183,7 @@ class _Connection(asyncio.Protocol):
     """
 
     def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket,
-                 on_lost: Callable[[_Connection], None]) -> None:
+                 on_lost: Callable[[_WorkerChannel], None]) -> None:
         self.proc = proc
         self.sock = sock  # the transport's own socket (uvloop's wrapper has no shutdown)
         self.transport: asyncio.Transport | None = None
@@ -262,7 +262,7 @@ class PageWorker:
         self.settings = settings
         self.workers = workers
         self.restarts = 0
-        self._conn: _Connection | None = None
+        self._conn: _WorkerChannel | None = None
         self._starting = asyncio.Lock()
 
     async def analyse(
@@ -291,7 +291,7 @@ class PageWorker:
         await conn.drain()
         return await future
 
-    async def _start(self) -> _Connection | None:
+    async def _start(self) -> _WorkerChannel | None:
         if self.workers <= 0:
             return None
         ours, theirs = socket.socketpair()
@@ -312,13 +312,13 @@ class PageWorker:
             return None
         finally:
             theirs.close()
-        conn = _Connection(proc, ours, self._lost)
+        conn = _WorkerChannel(proc, ours, self._lost)
         await asyncio.get_running_loop().create_connection(lambda: conn, sock=ours)
         self._conn = conn
         conn.send(self.settings)
         return conn
 
-    def _lost(self, conn: _Connection) -> None:
+    def _lost(self, conn: _WorkerChannel) -> None:
         """End of file from a worker: expected after close; else it died and is replaced."""
         if conn.closed:
             return

@@ -10,13 +10,16 @@ from dataclasses import dataclass, field
 
 from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser
 
+from courtly.config import Limits
+
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
 _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?([a-zA-Z0-9_.:-]+)""", re.I)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
          (codecs.BOM_UTF16_BE, "utf-16-be"))
 
-#: HTML past this many bytes is not parsed (a DOM costs 10-30 times the HTML it is built from)
-MAX_PARSE_BYTES = 4 * 1024 * 1024
+#: HTML past this many bytes is not parsed (a DOM costs 10-30 times the HTML it is built from):
+#: `[limits] max_parse_size`
+MAX_PARSE_BYTES: int = Limits.model_fields["max_parse_size"].default
 _MAX_ANCHOR = 1000  # characters of anchor text kept per link
 #: pages with at most this many "<" (an ordinary page of up to ~200 KB) are parsed as they are,
 #: with no guard to pay: lexbor parses the worst nesting that many tags allow (`<div>`, `<ul><li>`,

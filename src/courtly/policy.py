@@ -19,27 +19,17 @@ from urllib.parse import unquote_plus
 
 import re2
 
-from courtly.urls import (
-    authority_key,
-    glob_to_regex,
-    host_of,
-    origin_of,
-    registered_domain,
-    split_url,
-)
+from courtly.patterns import compile_pattern, re2_options
+from courtly.urls import authority_key, host_of, origin_of, registered_domain, split_url
 
 if TYPE_CHECKING:
     from courtly.config import Policies, QueryParameters, Traps
 
 __all__ = ["ALLOWED", "Policy", "ShapeBudget", "Verdict", "compile_pattern", "url_shape"]
 
-# Matches the "scheme://authority" part of an absolute URL; path patterns start after it.
-_AUTHORITY = r"[^:/?#]+://[^/?#]*"
 # Above this many glob/regex patterns, a FilteredRE2 (literal prefilter, then only the candidate
 # regexes) replaces the single RE2 set: one big set's DFA can thrash on many '*' patterns.
 SET_LIMIT = 1000
-# RE2 memory budget per compiled set; allocated lazily, so a small rule list costs little.
-_MAX_MEM = 256 << 20
 _SCOPE_CACHE_SIZE = 65536
 
 
@@ -52,43 +42,6 @@ class Verdict:
 
 
 ALLOWED = Verdict(True, "allowed")
-
-
-def compile_pattern(pattern: str) -> tuple[str, bool]:
-    """Translate one pattern to (RE2 regex matched from the start of the URL, is_literal).
-
-    "re:..." is searched anywhere in the URL, or matched at the start of the path when it begins
-    with "/"; "glob:..." must match the whole URL (or the whole path+query when it begins with
-    "/"); anything else is a literal prefix of the URL (or of the path+query when it begins with
-    "/"). Raises ValueError for an empty pattern or an invalid regex.
-    """
-    literal = False
-    if pattern.startswith("re:"):
-        body = pattern[3:]
-        regex = (_AUTHORITY if body.startswith("/") else ".*?") + "(?:" + body + ")"
-    elif pattern.startswith("glob:"):
-        body = pattern[5:]
-        regex = (_AUTHORITY if body.startswith("/") else "") + glob_to_regex(body) + "$"
-    else:
-        body, literal = pattern, True
-        regex = (_AUTHORITY if body.startswith("/") else "") + re2.escape(body)
-    if not body:
-        raise ValueError(f"empty pattern: {pattern!r}")
-    try:  # quietly: RE2 would log its own two lines to stderr
-        re2.compile(body if pattern.startswith("re:") else regex, _options())  # not "a)|(b"
-        re2.compile(regex, _options())
-    except re2.error as exc:
-        why = exc.args[0] if exc.args else ""
-        why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
-        raise ValueError(f"invalid regex in pattern {pattern!r}: {why}") from None
-    return "(?s)" + regex, literal
-
-
-def _options() -> Any:
-    options = re2.Options()
-    options.max_mem = _MAX_MEM
-    options.log_errors = False
-    return options
 
 
 class _Matcher:
@@ -107,7 +60,7 @@ class _Matcher:
         if len(complex_) > SET_LIMIT:
             self._filter = re2.Filter()
             for _, regex in complex_:
-                self._filter.Add("^" + regex, _options())
+                self._filter.Add("^" + regex, re2_options())
             self._filter.Compile()
         else:  # few enough: everything in one RE2 set, one match call per URL
             literal += complex_
@@ -119,7 +72,7 @@ class _Matcher:
     def _build_set(regexes: list[tuple[int, str]]) -> Any:
         if not regexes:
             return None
-        matcher = re2.Set.MatchSet(_options())  # anchored at the start of the URL
+        matcher = re2.Set.MatchSet(re2_options())  # anchored at the start of the URL
         for _, regex in regexes:
             matcher.Add(regex)
         matcher.Compile()

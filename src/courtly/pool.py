@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 try:
     import resource
 except ImportError:  # pragma: no cover - not on Windows
     resource = None  # type: ignore[assignment]
-
-if TYPE_CHECKING:
-    from courtly.connection import Connection
 
 __all__ = ["FD_RESERVE", "MAX_AUTO_CONNECTIONS", "Pool", "Slot", "connection_limit"]
 
@@ -30,6 +27,20 @@ FD_RESERVE = 32
 MAX_AUTO_CONNECTIONS = 4096
 
 K = TypeVar("K")
+
+
+class Idle(Protocol):
+    """What the pool needs of a connection it keeps idle (connection.Connection)."""
+
+    closed: bool
+    idle_since: float
+    idle_until: float
+    server_keep_alive: float | None
+
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Idle)
 
 
 def connection_limit(configured: int) -> int:
@@ -51,7 +62,7 @@ class Slot:
 
     __slots__ = ("_pool", "held", "owned")
 
-    def __init__(self, pool: Pool[Any]) -> None:
+    def __init__(self, pool: Pool[Any, Any]) -> None:
         self._pool = pool
         self.held = True
         self.owned = False  # a connection was made: its connection_lost gives the slot back
@@ -63,7 +74,7 @@ class Slot:
             self._pool._give_back()
 
 
-class Pool(Generic[K]):
+class Pool(Generic[K, C]):
     """Slots for at most `limit` sockets, and the idle connections by endpoint in LRU order."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, limit: int, keep_alive: float,
@@ -75,8 +86,8 @@ class Pool(Generic[K]):
         self._per_endpoint = per_endpoint
         self.open = 0  # slots held
         self._waiters: collections.deque[asyncio.Future[Slot]] = collections.deque()
-        self._idle: dict[K, list[Connection]] = {}
-        self._lru: collections.OrderedDict[Connection, K] = collections.OrderedDict()
+        self._idle: dict[K, list[C]] = {}
+        self._lru: collections.OrderedDict[C, K] = collections.OrderedDict()
         self._timer: asyncio.TimerHandle | None = None
 
     # -- slots (while someone waits, every slot is taken: a given-back one is handed over) -----
@@ -124,7 +135,7 @@ class Pool(Generic[K]):
                     waiter.set_result(Slot(self))
 
     # -- idle connections ------------------------------------------------------------------
-    def take(self, key: K) -> Connection | None:
+    def take(self, key: K) -> C | None:
         """The most recently used idle connection to `key` still open and in time, or None."""
         idle = self._idle.get(key)
         now = self._loop.time()
@@ -139,7 +150,7 @@ class Pool(Generic[K]):
         self._idle.pop(key, None)
         return None
 
-    def put(self, key: K, conn: Connection) -> None:
+    def put(self, key: K, conn: C) -> None:
         """Keep a connection whose response ended cleanly, until the earlier of keep_alive and a
         second before the server's Keep-Alive timeout; close it if someone waits for a slot."""
         now = self._loop.time()
@@ -171,7 +182,7 @@ class Pool(Generic[K]):
                 conn.close()
                 count -= 1
 
-    def _drop(self, key: K, conn: Connection) -> None:
+    def _drop(self, key: K, conn: C) -> None:
         idle = self._idle[key]
         idle.remove(conn)
         if not idle:

@@ -22,8 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from courtly.connection import FetchError, LocalError
-from courtly.errors import one_line
+from courtly.errors import FetchError, LocalError, one_line
 from courtly.model import ExitCode
 
 #: bytes of a proxy's answer to CONNECT read before it is refused

@@ -13,14 +13,14 @@ from courtly.config import Recrawl, Robots
 from courtly.model import Candidate, CrawlAction, ExitCode
 
 _BLOCKED = frozenset({ExitCode.BLOCKED_BY_ROBOTS_TXT})
-_REDIRECTS = frozenset({ExitCode.REDIRECT, ExitCode.NOT_CANONICAL})
+_MOVED = frozenset({ExitCode.REDIRECT, ExitCode.NOT_CANONICAL})
 _UNCHANGED = frozenset({ExitCode.NOT_MODIFIED})
 _CONTENT = frozenset(
     {ExitCode.OK, ExitCode.NOINDEX, ExitCode.DUPLICATE_CONTENT, ExitCode.UNSUPPORTED_CONTENT,
      ExitCode.NOT_MODIFIED}
 )
 _LOCAL = frozenset({ExitCode.BLOCKED_URL_BY_LOCAL_POLICY, ExitCode.BLOCKED_BY_TRAP_BUDGET})
-_NOT_ERRORS = _CONTENT | _BLOCKED | _REDIRECTS | _LOCAL
+_NOT_ERRORS = _CONTENT | _BLOCKED | _MOVED | _LOCAL
 
 
 def _clamp(value: float, rules: Recrawl) -> float:
@@ -56,7 +56,7 @@ def interval(action: CrawlAction, candidate: Candidate, rules: Recrawl, robots: 
         return max(robots.expiry, rules.blocked)
     if code in _LOCAL:
         return rules.max_interval
-    if code in _REDIRECTS:
+    if code in _MOVED:
         return rules.redirect
     if code not in _CONTENT:
         last = _previous(candidate, frozenset(ExitCode) - _NOT_ERRORS)

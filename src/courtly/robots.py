@@ -63,10 +63,11 @@ from urllib.parse import quote
 
 import re2
 
+from courtly.config import ROBOTS_MIN_PARSE_LIMIT, Robots
+from courtly.urls import normalize_escapes, split_target
+
 if TYPE_CHECKING:
     from courtly.wildcards import WildcardSet
-
-from courtly.urls import normalize_escapes, split_target
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
@@ -77,10 +78,10 @@ __all__ = [
     "valid_product_token",
 ]
 
-DEFAULT_MAX_SIZE: Final = 512 * 1024
-"""Default parse limit in bytes."""
+DEFAULT_MAX_SIZE: Final[int] = Robots.model_fields["max_size"].default
+"""Default parse limit in bytes (`[robots] max_size`)."""
 
-MIN_PARSE_LIMIT: Final = 500 * 1024
+MIN_PARSE_LIMIT: Final = ROBOTS_MIN_PARSE_LIMIT
 """RFC 9309 2.5: a parse limit, if any, MUST be at least 500 KiB."""
 
 _MAX_LINE: Final = 2083 * 8 - 1

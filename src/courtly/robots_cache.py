@@ -20,7 +20,15 @@ from courtly.fetch import FetchError, HttpResponse
 from courtly.model import ExitCode
 from courtly.outcome import REDIRECTS
 from courtly.robots import RobotsRules, rules_for_status
-from courtly.scheduler import OriginCrawler, backoff, backoff_jitter, delay_for, pause
+from courtly.scheduler import (
+    Ending,
+    EndKind,
+    OriginCrawler,
+    backoff,
+    backoff_jitter,
+    delay_for,
+    pause,
+)
 from courtly.store import Store
 from courtly.urls import normalize
 
@@ -154,7 +162,8 @@ class RobotsCache:
             else:
                 crawler.robots = None  # unavailable: nothing is crawled until it recovers
                 crawler.patience -= 1
-                crawler.finish_reason = f"robots.txt unavailable ({state.robots_error})"
+                crawler.ending = Ending(EndKind.ROBOTS_UNAVAILABLE,
+                                        f"robots.txt unavailable ({state.robots_error})")
                 now = time.monotonic()
                 level, seconds = backoff(crawler, None, self.config.politeness, now,
                                          backoff_jitter())
@@ -163,7 +172,7 @@ class RobotsCache:
             return
         body, crawler.robots = self._shared(status, body)
         crawler.robots_expires = time.monotonic() + rules.expiry
-        crawler.finish_reason = ""
+        crawler.ending = None
         state.robots_status, state.robots_body, state.robots_error = status, body, None
         state.robots_fetched = clock.now()
         state.crawl_delay = crawler.robots.crawl_delay

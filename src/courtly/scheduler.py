@@ -10,16 +10,17 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
+from enum import Enum, auto
+from typing import Any
 
 from courtly.config import Politeness
-from courtly.model import Candidate
+from courtly.model import Candidate, OriginState
 from courtly.policy import ShapeBudget
 from courtly.robots import RobotsRules
 from courtly.stats import CrawlStats
-from courtly.store import OriginState
 from courtly.urls import host_of, registered_domain
 
 log = logging.getLogger("courtly")
@@ -39,6 +40,27 @@ class Gate:
 REST_AFTER = 5.0
 #: the todo list of an origin whose delay is that long: what a few turns use
 RESTING_BATCH = 4
+
+
+class EndKind(Enum):
+    """Why an origin crawler ends before its work does."""
+
+    OUT_OF_PATIENCE = auto()
+    ROBOTS_UNAVAILABLE = auto()  # robots.txt unreachable or 5xx, and no recent copy
+    TRAP = auto()  # a trap guard of the whole origin (traps.max_pages_per_origin)
+    CRAWL_DELAY = auto()  # robots.txt asks for a Crawl-delay above the cap (skip)
+
+
+#: endings after which the origin is finished for the run, fleet-wide, whatever work remains
+FOR_THE_RUN = frozenset({EndKind.TRAP, EndKind.CRAWL_DELAY})
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """Why an origin crawler finished (or would finish now) before its work did."""
+
+    kind: EndKind
+    text: str
 
 
 @dataclass(slots=True)
@@ -62,7 +84,7 @@ class OriginCrawler:
     pages_this_run: int = 0
     shapes: ShapeBudget = field(default_factory=lambda: ShapeBudget(0))  # crawl actions by shape
     finished: bool = False
-    finish_reason: str = ""
+    ending: Ending | None = None  # why it would finish now, were it to (None: no work left)
     gate: Gate | None = None  # shared with the origins of its politeness key (None: its own)
 
     def answered_in(self, seconds: float) -> None:
@@ -85,6 +107,13 @@ class OriginCrawler:
             self.own_next_request_at = at
         else:
             self.gate.next_request_at = at
+
+
+def todo_batch(crawler: OriginCrawler, batch: int, rules: Politeness) -> int:
+    """How many URLs the origin's todo list takes at a time: the strategy's batch, or a few when
+    the origin rests between turns (docs/scaling.md)."""
+    batch = max(1, batch)
+    return min(batch, RESTING_BATCH) if delay_for(crawler, rules) > REST_AFTER else batch
 
 
 def politeness_key(origin: str, kind: str) -> str:
@@ -123,6 +152,25 @@ class PenaltyBox:
 Turn = Callable[[OriginCrawler], Awaitable[float | None]]
 #: the politeness key of an origin (None: each origin is its own key)
 KeyOf = Callable[[str], Awaitable[str]]
+#: the address a request to host:port goes to (None: it has none)
+AddressOf = Callable[[str, int], Awaitable[str | None]]
+
+
+def key_of(kind: str, address_of: AddressOf) -> KeyOf | None:
+    """The gate key of an origin for `politeness_key` host, domain or ip (None for origin: each
+    origin is its own); with ip, the address its requests go to (resolved once: the fetcher's
+    DNS cache keeps it)."""
+    if kind == "origin":
+        return None
+
+    async def key(origin: str) -> str:
+        if kind != "ip":
+            return politeness_key(origin, kind)
+        host = host_of(origin + "/")
+        address = await address_of(host, int(origin.rpartition(":")[2]))
+        return address or host  # no address: its requests fail, alone
+
+    return key
 
 
 class Turns:
@@ -136,7 +184,8 @@ class Turns:
     """
 
     def __init__(
-        self, concurrency: int, turn: Turn, failed: Callable[[OriginCrawler, Exception], None],
+        self, concurrency: int, turn: Turn,
+        failed: Callable[[OriginCrawler | None, Exception], None],
         stats: CrawlStats, key_of: KeyOf | None = None,
     ) -> None:
         self.box = PenaltyBox()
@@ -162,12 +211,17 @@ class Turns:
 
     def reopen(self, crawler: OriginCrawler) -> None:
         """An origin that ran out of work gets new links: back into the penalty box."""
-        if crawler.patience <= 0 or crawler.finish_reason or self._stop.is_set():
+        if crawler.patience <= 0 or crawler.ending or self._stop.is_set():
             return  # it gave up for this run
         crawler.finished = False
         self._stats.origins_finished -= 1
         self.box.push(crawler, max(time.monotonic(), crawler.next_request_at))
         self._wake.set()
+
+    def live_state(self, origin: str) -> OriginState | None:
+        """The state of an origin being crawled (None: no crawler for it)."""
+        crawler = self.crawlers.get(origin)
+        return None if crawler is None else crawler.state
 
     def forget_finished(self) -> list[OriginCrawler]:
         """The origin crawlers that finished, removed (added again if they get work)."""
@@ -185,9 +239,25 @@ class Turns:
         self._stop.set()
         self._wake.set()
 
-    async def run(self, more: Callable[[], bool]) -> None:
-        """Run turns until stopped, or until the box is empty, no turn runs and not `more()`."""
+    async def run(self, more: Callable[[], bool], helpers: list[Coroutine[Any, Any, None]]
+                  ) -> None:
+        """Run turns until stopped, or until the box is empty, no turn runs and not `more()`;
+        `helpers` run beside them (one that raises is a turn that failed) until the end."""
         loop = asyncio.get_running_loop()
+        beside = [loop.create_task(self._helper(job)) for job in helpers]
+        try:
+            await self._release(loop, more)
+        finally:
+            for task in beside:
+                task.cancel()
+
+    async def _helper(self, job: Coroutine[Any, Any, None]) -> None:
+        try:
+            await job
+        except Exception as exc:  # the crawl decides what stops
+            self._failed(None, exc)
+
+    async def _release(self, loop: asyncio.AbstractEventLoop, more: Callable[[], bool]) -> None:
         while not self._stop.is_set():
             at = self.box.peek_time()
             if at is None:
@@ -276,9 +346,10 @@ class Turns:
     def _finish(self, crawler: OriginCrawler) -> None:
         crawler.finished = True
         self._stats.origins_finished += 1
-        if crawler.finish_reason:
-            self._stats.stopped_early[crawler.origin] = crawler.finish_reason
-        log.info("%s finished: %s", crawler.origin, crawler.finish_reason or "done")
+        if crawler.ending:
+            self._stats.stopped_early[crawler.origin] = crawler.ending.text
+        why = crawler.ending.text if crawler.ending else "done"
+        log.info("%s finished: %s", crawler.origin, why)
 
     async def drain(self) -> None:
         """Let running turns finish for a moment, then cancel them (their URLs stay queued)."""

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 from xml.etree import ElementTree
 
-from courtly.connection import Decoder, FetchError
+from courtly.connection import Decoder
+from courtly.errors import FetchError
 
 MAX_ENTRIES = 50_000
 MAX_UNCOMPRESSED = 50 * 1024 * 1024

@@ -16,11 +16,13 @@ from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TextIO
 
+from courtly.errors import describe
 from courtly.model import LinkState
 from courtly.urls import origin_of
 
 if TYPE_CHECKING:
-    from courtly.store.base import OriginState, Store
+    from courtly.model import OriginState
+    from courtly.store.base import Store
 
 log = logging.getLogger("courtly.strategy")
 
@@ -396,7 +398,8 @@ def _import_strategy(spec: str) -> type[CrawlingStrategy]:
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except Exception as exc:  # no such module or class, or the module fails (SyntaxError, …)
-        raise StrategyError(f"cannot load strategy {spec!r}: {type(exc).__name__}: {exc}") from None
+        why = describe(exc, where=False)
+        raise StrategyError(f"cannot load strategy {spec!r}: {why}") from None
     if not (isinstance(cls, type) and issubclass(cls, CrawlingStrategy)):
         raise StrategyError(f"{spec!r} is not a courtly.strategy.CrawlingStrategy subclass")
     return cls

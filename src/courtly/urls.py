@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import can_ada
 
 from courtly.config import Normalize
+from courtly.patterns import glob_to_regex
 
 if TYPE_CHECKING:
     import tldextract
@@ -65,32 +66,6 @@ def normalize_escapes(text: str) -> str:
     """Percent-escapes in normal form (robots.py compares rules and paths with it too):
     unreserved ones decoded, the others upper-cased, a '%' that starts none written "%25"."""
     return _ESCAPE_RE.sub(_fix_escape, text) if "%" in text else text
-
-
-def glob_to_regex(glob: str, stay_within: str = "") -> str:
-    """Translate a glob (*, ?, [seq], [!seq]) into a regex body (no anchors, valid for RE2 too).
-
-    Wildcards never match the characters of `stay_within` (e.g. "&=" keeps a parameter-name glob
-    inside one name).
-    """
-    anything = f"[^{re.escape(stay_within)}]" if stay_within else "."
-    out: list[str] = []
-    i = 0
-    while i < len(glob):
-        char = glob[i]
-        i += 1
-        if char == "*":
-            out.append(anything + "*")
-        elif char == "?":
-            out.append(anything)
-        elif char == "[" and (end := glob.find("]", i + 1)) > 0:
-            body = glob[i:end].replace("\\", "\\\\")
-            negated = body.startswith("!")
-            out.append(f"[^{re.escape(stay_within)}{body[1:]}]" if negated else f"[{body}]")
-            i = end + 1
-        else:
-            out.append(re.escape(char))
-    return "".join(out)
 
 
 def _compiles(regex: str) -> bool:

@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 import zstandard
 
 from courtly import __version__
+from courtly.errors import one_line
 from courtly.model import CrawlAction, StoredPage, StoredRevisit
 
 if TYPE_CHECKING:
+    from courtly.config import Warc
     from courtly.store import Store
 
 #: a 304's revisit (WARC 1.1, 6.7.2), and an identical payload's (6.7.1)
@@ -262,6 +264,35 @@ def archive_action(files: Records, store: Store, action: CrawlAction) -> None:
     elif action.content is not None and action.exchange is not None:
         files.write_page(StoredPage(url, fetched, action.content_type, action.content,
                                     action.exchange))
+
+
+class CrawlArchive:
+    """`crawl --warc`: each recorded crawl action's records, written as it is recorded."""
+
+    def __init__(self, files: WarcFiles, store: Store) -> None:
+        self.files = files
+        self.store = store
+
+    @classmethod
+    def of(cls, config: Warc, store: Store) -> CrawlArchive | None:
+        """The crawl's archive, or None without a WARC directory."""
+        if config.dir is None:
+            return None
+        return cls(WarcFiles(config.dir, config.max_size, config.prefix), store)
+
+    def keep(self, action: CrawlAction) -> str | None:
+        """Write the action's records; why they could not be written (one line), or None."""
+        if action.exchange is None:
+            return None
+        try:
+            archive_action(self.files, self.store, action)
+        except OSError as exc:
+            return f"cannot write WARC file: {one_line(exc)}"
+        return None
+
+    def close(self) -> None:
+        """Close the last file (and index it)."""
+        self.files.close()
 
 
 def add_to_index(index: Path, warc: Path) -> None:

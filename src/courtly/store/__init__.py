@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from courtly.store.base import OriginState, Store, StoreError
+from courtly.model import OriginState
+from courtly.store.base import ConnectionLost, Store, StoreError
 
 
 def open_store(db: str) -> Store:
@@ -16,4 +17,4 @@ def open_store(db: str) -> Store:
     return SqliteStore(db)
 
 
-__all__ = ["OriginState", "Store", "StoreError", "open_store"]
+__all__ = ["ConnectionLost", "OriginState", "Store", "StoreError", "open_store"]

@@ -3,31 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from courtly.model import Candidate, CrawlAction, Link, LinkState, StoredPage, StoredRevisit
+from courtly.model import (
+    Candidate,
+    CrawlAction,
+    Link,
+    LinkState,
+    OriginState,
+    StoredPage,
+    StoredRevisit,
+)
 
 
 class StoreError(Exception):
     """The crawl database failed (locked, full, corrupt, unreachable); one line for the user."""
 
 
-@dataclass(slots=True)
-class OriginState:
-    """Per-origin metadata that persists across runs (robots.txt, delays, counts)."""
-
-    origin: str
-    robots_body: bytes | None = None
-    robots_status: int | None = None
-    robots_fetched: float | None = None
-    crawl_delay: float | None = None
-    backoff_until: float = 0.0
-    backoff_level: int = 0
-    sitemaps: list[str] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    #: why the last robots.txt fetch failed, until one succeeds
-    robots_error: str | None = None
+class ConnectionLost(StoreError):
+    """The connection to a shared crawl database was lost (and could not be made again)."""
 
 
 class Store(Protocol):

@@ -6,14 +6,13 @@ database needs: workers, partition leases (taken with FOR UPDATE SKIP LOCKED) an
 "is there work left" question. See docs/distributed.md.
 
 URL: any libpq URL; a courtly-specific query parameter `schema=NAME` (stripped before connecting)
-puts the crawl in that schema, created if missing. Environment knobs, for tests and tuning:
-COURTLY_PG_RETRY_SECONDS (how long to retry a lost connection, default 60).
+puts the crawl in that schema, created if missing. A worker sets how long a lost connection is
+retried from `[fleet] reconnect_seconds`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -25,8 +24,10 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict
 
-from courtly.store.base import StoreError
-from courtly.store.sql import SqlStore
+from courtly.config import FleetConfig
+from courtly.errors import one_line
+from courtly.store.base import ConnectionLost, StoreError
+from courtly.store.sql import TAKEABLE, SqlStore
 
 log = logging.getLogger("courtly")
 
@@ -36,15 +37,14 @@ _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 #: a URL's scheme and user:password@ (libpq reads the user part up to an '@' before any '/')
 _USERINFO_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/@]*@)?")
 
-#: takeable work of one origin `o` in run %(run)s (the same three queries as SqlStore.take_todo)
-_WORK = (
-    "(EXISTS (SELECT 1 FROM candidates c WHERE c.origin = o.origin AND c.state = 'NOT_CRAWLED')"
-    " OR EXISTS (SELECT 1 FROM candidates c WHERE c.origin = o.origin AND c.state = 'QUEUED'"
-    "  AND (c.taken_run IS NULL OR c.taken_run <> %(run)s {queued_extra}))"
-    " OR EXISTS (SELECT 1 FROM candidates c WHERE c.origin = o.origin"
-    "  AND c.state IN ('CRAWLED', 'ERROR') AND c.next_due <= %(due)s"
-    "  AND (c.taken_run IS NULL OR c.taken_run <> %(run)s)))"
-)
+
+def _work(retaken: str = "") -> str:
+    """Takeable work of one origin `o` in run %(run)s: SqlStore.take_todo's three conditions."""
+    return "(" + " OR ".join(
+        "EXISTS (SELECT 1 FROM candidates c WHERE c.origin = o.origin AND "
+        + cond.format(c="c.", run="%(run)s", due="%(due)s", retaken=retaken) + ")"
+        for cond in TAKEABLE
+    ) + ")"
 
 
 def split_url(url: str) -> tuple[str, str | None]:
@@ -62,7 +62,7 @@ def split_url(url: str) -> tuple[str, str | None]:
     try:
         conninfo_to_dict(conninfo)
     except psycopg.Error as exc:  # libpq quotes the URL, password and all
-        why = _first_line(exc).replace(conninfo, describe(url))
+        why = one_line(exc).replace(conninfo, describe(url))
         raise StoreError(f"invalid database URL {describe(url)}: {why}") from None
     return conninfo, schema
 
@@ -103,22 +103,21 @@ def database_exists(url: str) -> bool:
             ).fetchone()
             return row is not None
     except psycopg.OperationalError as exc:
-        raise StoreError(f"cannot connect to {describe(url)}: {_first_line(exc)}") from None
+        raise StoreError(f"cannot connect to {describe(url)}: {one_line(exc)}") from None
     except psycopg.Error as exc:
-        raise StoreError(_explain(exc, describe(url))) from None
+        raise _error(exc, describe(url)) from None
 
 
-class PostgresStore(SqlStore):
-    """Crawl database in PostgreSQL, shared by many workers on many machines."""
+class PostgresSql(SqlStore):
+    """SqlStore's statements on one psycopg connection, reconnected with backoff when lost."""
 
     shared = True
 
-    def __init__(self, url: str, retry_seconds: float | None = None) -> None:
+    def __init__(self, url: str, retry_seconds: float = FleetConfig().reconnect_seconds) -> None:
         self.url = url
         self.path = describe(url)
         self._conninfo, self.schema = split_url(url)
-        env = os.environ.get("COURTLY_PG_RETRY_SECONDS")
-        self.retry_seconds = retry_seconds if retry_seconds is not None else float(env or 60)
+        self.retry_seconds = retry_seconds
         self._conn: psycopg.Connection[Any] | None = None
         self._in_tx = False
         self._sql_cache: dict[str, str] = {}
@@ -149,11 +148,14 @@ class PostgresStore(SqlStore):
                 return conn
             except psycopg.Error as exc:
                 if first or time.monotonic() + pause > deadline:
-                    what = "cannot connect to" if first else "lost the connection to"
-                    waited = "" if first else f" (retried for {self.retry_seconds:.0f}s)"
-                    raise StoreError(f"{what} {self.path}{waited}: {_first_line(exc)}") from None
+                    if first:
+                        raise StoreError(
+                            f"cannot connect to {self.path}: {one_line(exc)}") from None
+                    raise ConnectionLost(
+                        f"lost the connection to {self.path} (retried for "
+                        f"{self.retry_seconds:.0f}s): {one_line(exc)}") from None
                 log.warning("database %s unreachable, retrying in %.1fs: %s",
-                            self.path, pause, _first_line(exc))
+                            self.path, pause, one_line(exc))
                 time.sleep(pause)
                 pause = min(pause * 2, 8.0)
 
@@ -178,12 +180,12 @@ class PostgresStore(SqlStore):
                 return run(conn)
             except psycopg.OperationalError as exc:
                 if self._in_tx or not conn.broken:
-                    raise StoreError(_explain(exc, self.path)) from None
+                    raise _error(exc, self.path) from None
                 log.warning("database %s: connection lost (%s), reconnecting",
-                            self.path, _first_line(exc))
+                            self.path, one_line(exc))
                 self._conn = None
             except psycopg.Error as exc:
-                raise StoreError(_explain(exc, self.path)) from None
+                raise _error(exc, self.path) from None
 
     def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
         query = self._q(sql)
@@ -229,7 +231,7 @@ class PostgresStore(SqlStore):
         try:
             conn.execute("COMMIT")
         except psycopg.Error as exc:
-            raise StoreError(_explain(exc, self.path)) from None
+            raise _error(exc, self.path) from None
 
     def _ddl(self, statement: str) -> str:
         return statement.replace("BIGSERIAL_PK", "BIGSERIAL PRIMARY KEY").replace(
@@ -247,7 +249,12 @@ class PostgresStore(SqlStore):
         if self._conn is not None and not self._conn.closed:
             self._conn.close()
 
-    # -- the fleet: runs, workers, leases --------------------------------------------------
+
+
+class PostgresStore(PostgresSql):
+    """Crawl database in PostgreSQL, shared by many workers on many machines: the fleet's runs,
+    workers and leases besides the crawl."""
+
     def join_run(self) -> int:
         """The fleet's unfinished run, or a new one (its QUEUED URLs are released per partition)."""
         with self._tx():
@@ -376,7 +383,7 @@ class PostgresStore(SqlStore):
         query = (
             "SELECT o.origin FROM origins o WHERE o.configured = 1 AND o.part = ANY(%(parts)s) "
             "AND (o.finished_run IS NULL OR o.finished_run <> %(run)s) AND "
-            + _WORK.format(queued_extra="")
+            + _work()
         )
         rows = self._px(query, {"parts": parts, "run": run, "due": due}).fetchall()
         return sorted(r[0] for r in rows)
@@ -395,9 +402,7 @@ class PostgresStore(SqlStore):
             f"  AND w.stopped IS NULL AND w.busy = 1 AND w.heartbeat > {NOW} - w.lease_seconds)"
             f" AND NOT EXISTS (SELECT 1 FROM origins o LEFT JOIN leases l ON l.part = o.part "
             f"  WHERE o.configured = 1 AND (o.finished_run IS NULL OR o.finished_run <> %(run)s)"
-            f"  AND " + _WORK.format(
-                queued_extra=f"OR l.worker IS NULL OR l.expires < {NOW}"
-            ) + ")"
+            f"  AND " + _work(f" OR l.worker IS NULL OR l.expires < {NOW}") + ")"
         )
         row = self._px(query, {"me": worker, "run": run, "due": due}).fetchone()
         return bool(row[0])
@@ -443,18 +448,14 @@ class PostgresStore(SqlStore):
         return data
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _explain(exc: psycopg.Error, where: str) -> str:
-    text = _first_line(exc)
+def _error(exc: psycopg.Error, where: str) -> StoreError:
+    """The StoreError of a failed statement, saying what it means for the user."""
+    text = one_line(exc)
     state = exc.sqlstate or ""
     if state == "53100" or "No space left" in text or "disk full" in text.lower():
-        return f"disk full on {where}: {text}"
+        return StoreError(f"disk full on {where}: {text}")
     # OperationalError also covers the server's limits (54xxx, e.g. an index row too large):
     # only connection failures (class 08, admin shutdown 57P, or no SQLSTATE) are a lost link
     if isinstance(exc, psycopg.OperationalError) and (not state or state.startswith(("08", "57P"))):
-        return f"lost the connection to {where}: {text}"
-    return f"database error on {where}: {text}"
+        return ConnectionLost(f"lost the connection to {where}: {text}")
+    return StoreError(f"database error on {where}: {text}")

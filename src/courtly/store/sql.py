@@ -17,11 +17,12 @@ from courtly.model import (
     ExitCode,
     Link,
     LinkState,
+    OriginState,
     StoredPage,
     StoredRevisit,
     link_state,
 )
-from courtly.store.base import OriginState, StoreError
+from courtly.store.base import StoreError
 from courtly.store.schema import MIGRATIONS
 from courtly.store.seen import SeenCache
 
@@ -114,6 +115,19 @@ _ORIGIN_COLUMNS: dict[str, Convert] = {
 }
 
 
+#: the candidates an origin's todo list takes, in this order (docs/crawl-loop.md): put back for a
+#: retry, never crawled, due again; the fleet asks "has this origin work?" with the same three
+#: (postgres.py). {c}: the table's alias and a dot, or nothing; {run}, {due}: placeholders;
+#: {retaken}: more conditions under which a URL taken in this run may be taken again
+TAKEABLE = (
+    "{c}state = 'QUEUED' AND ({c}taken_run IS NULL OR {c}taken_run <> {run}{retaken})",
+    "{c}state = 'NOT_CRAWLED'",
+    "{c}state IN ('CRAWLED', 'ERROR') AND {c}next_due <= {due}"
+    " AND ({c}taken_run IS NULL OR {c}taken_run <> {run})",
+)
+_RETRIED, _FRESH, _DUE = (t.format(c="", run="?", due="?", retaken="") for t in TAKEABLE)
+
+
 def state_after(action: CrawlAction) -> LinkState:
     """The link state a completed crawl action leaves its candidate in."""
     return link_state(action.exit_code, action.retry)
@@ -129,8 +143,9 @@ def _signature(value: Any) -> bytes:
     return data
 
 
-class SqlStore:
-    """The Store interface in portable SQL ('?' placeholders); a backend supplies the connection.
+class SqlBase:
+    """SqlStore's foundation in portable SQL ('?' placeholders): statements, transactions, group
+    commit, the schema, the origins and the runs; a backend supplies the connection.
 
     Backends implement `_x` (execute one statement, return a cursor), `_xmany` (execute for many
     rows, return the rows changed), `_tx` (a transaction that turns driver errors into StoreError),
@@ -270,6 +285,99 @@ class SqlStore:
         with self._tx():
             self._x("UPDATE runs SET finished = ? WHERE id = ?", (clock.now(), run))
 
+
+class SqlReads(SqlBase):
+    """What users read of the crawl database: stats, export, stored pages and revisits."""
+
+    def stats(self) -> dict[str, Any]:
+        def grouped(sql: str) -> dict[str, int]:
+            return {str(k): int(v) for k, v in self._x(sql).fetchall()}
+
+        by_origin: dict[str, dict[str, int]] = {}
+        for origin, state, n in self._x(
+            "SELECT origin, state, COUNT(*) FROM candidates GROUP BY origin, state"
+        ):
+            by_origin.setdefault(origin, {})[state] = n
+        return {
+            "candidates": int(self._x("SELECT COUNT(*) FROM candidates").fetchone()[0]),
+            "by_state": grouped("SELECT state, COUNT(*) FROM candidates GROUP BY state"),
+            "by_exit_code": grouped(
+                "SELECT exit_code, COUNT(*) FROM candidates WHERE exit_code IS NOT NULL "
+                "GROUP BY exit_code"
+            ),
+            "actions_by_exit_code": grouped(
+                "SELECT exit_code, COUNT(*) FROM crawl_log GROUP BY exit_code"
+            ),
+            "by_origin": by_origin,
+            "runs": int(self._x("SELECT COUNT(*) FROM runs").fetchone()[0]),
+        }
+
+    def export(self) -> Iterator[dict[str, Any]]:
+        cur = self._x(f"SELECT {', '.join(EXPORT_COLUMNS)} FROM candidates ORDER BY id")
+        for row in cur:
+            yield dict(zip(EXPORT_COLUMNS, row, strict=True))
+
+    def stored_pages(self) -> Iterator[StoredPage]:
+        after = ""  # pages of 200 by URL: the bodies never all in memory (psycopg reads a
+        while True:  # whole result at once)
+            rows = self._x(
+                "SELECT c.url, c.fetched, k.content_type, c.body, c.exchange FROM content c "
+                "LEFT JOIN candidates k ON k.url = c.url WHERE c.url > ? ORDER BY c.url LIMIT 200",
+                (after,),
+            ).fetchall()
+            for url, fetched, content_type, body, exchange in rows:
+                try:
+                    yield StoredPage(str(url), float(fetched), content_type, bytes(body),
+                                     None if exchange is None else bytes(exchange))
+                except (TypeError, ValueError):  # a damaged row: an empty body, which the
+                    yield StoredPage(str(url), 0.0, None, b"")  # WARC writer reports
+            if len(rows) < 200:
+                return
+            after = rows[-1][0]
+
+    def stored_revisits(self) -> Iterator[StoredRevisit]:
+        """The revisits of pages still kept as they were, by URL and time (pages of 200)."""
+        after: tuple[str, float] = ("", 0.0)
+        while True:
+            rows = self._x(
+                f"{_REVISITS} WHERE (r.url > ? OR (r.url = ? AND r.fetched > ?)) "
+                "ORDER BY r.url, r.fetched LIMIT 200",
+                (after[0], after[0], after[1]),
+            ).fetchall()
+            yield from self._revisits(rows)
+            if len(rows) < 200:
+                return
+            after = (rows[-1][0], rows[-1][1])
+
+    def revisit(self, url: str, fetched: float) -> StoredRevisit | None:
+        """The revisit of this URL recorded at this time, if its page is still kept."""
+        rows = self._x(f"{_REVISITS} WHERE r.url = ? AND r.fetched = ?", (url, fetched))
+        return next(self._revisits(rows.fetchall()), None)
+
+    def _revisits(self, rows: list[Any]) -> Iterator[StoredRevisit]:
+        for url, fetched, exchange, refers_to, refers_date, original in rows:
+            try:
+                yield StoredRevisit(str(url), float(fetched), bytes(exchange), str(refers_to),
+                                    float(refers_date), bytes(original))
+            except (TypeError, ValueError):  # a damaged row: the WARC writer reports it
+                yield StoredRevisit(str(url), 0.0, b"", "", 0.0, b"")
+
+    def candidate(self, url: str) -> dict[str, Any] | None:
+        row = self._x(
+            f"SELECT {', '.join(EXPORT_COLUMNS)} FROM candidates WHERE url = ?", (url,)
+        ).fetchone()
+        if row is None:
+            return None
+        record = dict(zip(EXPORT_COLUMNS, row, strict=True))
+        for column, convert in _RECORD_COLUMNS.items():
+            record[column] = self._cell("candidates", column, url, convert, record[column])
+        return record
+
+
+class SqlStore(SqlReads):
+    """The Store interface in portable SQL: the crawl's frontier, its records and the origins'
+    state, on SqlBase's statements."""
+
     # -- the frontier --------------------------------------------------------------------
     def take_todo(self, origin: str, run: int, limit: int, now: float) -> list[Candidate]:
         """Read the next candidates; nothing is written (docs/crawl-loop.md, the todo list).
@@ -279,21 +387,19 @@ class SqlStore:
         """
         cols = ", ".join(_TODO_COLUMNS)
         rows = self._x(
-            f"SELECT {cols} FROM candidates WHERE origin = ? AND state = 'QUEUED' "
-            "AND (taken_run IS NULL OR taken_run <> ?) LIMIT ?",
+            f"SELECT {cols} FROM candidates WHERE origin = ? AND {_RETRIED} LIMIT ?",
             (origin, run, limit),
         ).fetchall()
         if len(rows) < limit:
             rows += self._x(  # only the index cand_fresh is read: the rest is at its default
                 "SELECT id, url, depth, score, NULL, NULL, NULL, 0, NULL, NULL FROM candidates "
-                "WHERE origin = ? AND state = 'NOT_CRAWLED' ORDER BY score DESC, id LIMIT ?",
+                f"WHERE origin = ? AND {_FRESH} ORDER BY score DESC, id LIMIT ?",
                 (origin, limit - len(rows)),
             ).fetchall()
         if len(rows) < limit:
             rows += self._x(
-                f"SELECT {cols} FROM candidates WHERE origin = ? "
-                "AND state IN ('CRAWLED', 'ERROR') AND next_due <= ? "
-                "AND (taken_run IS NULL OR taken_run <> ?) ORDER BY next_due LIMIT ?",
+                f"SELECT {cols} FROM candidates WHERE origin = ? AND {_DUE} "
+                "ORDER BY next_due LIMIT ?",
                 (origin, now, run, limit - len(rows)),
             ).fetchall()
         try:  # the conversions raise on a damaged row (cheaper than checking each value)
@@ -548,91 +654,3 @@ class SqlStore:
              state.crawl_delay, state.backoff_until, state.backoff_level,
              json.dumps(state.sitemaps), json.dumps(state.metadata), state.robots_error),
         )
-
-    # -- reading -------------------------------------------------------------------------
-    def stats(self) -> dict[str, Any]:
-        def grouped(sql: str) -> dict[str, int]:
-            return {str(k): int(v) for k, v in self._x(sql).fetchall()}
-
-        by_origin: dict[str, dict[str, int]] = {}
-        for origin, state, n in self._x(
-            "SELECT origin, state, COUNT(*) FROM candidates GROUP BY origin, state"
-        ):
-            by_origin.setdefault(origin, {})[state] = n
-        return {
-            "candidates": int(self._x("SELECT COUNT(*) FROM candidates").fetchone()[0]),
-            "by_state": grouped("SELECT state, COUNT(*) FROM candidates GROUP BY state"),
-            "by_exit_code": grouped(
-                "SELECT exit_code, COUNT(*) FROM candidates WHERE exit_code IS NOT NULL "
-                "GROUP BY exit_code"
-            ),
-            "actions_by_exit_code": grouped(
-                "SELECT exit_code, COUNT(*) FROM crawl_log GROUP BY exit_code"
-            ),
-            "by_origin": by_origin,
-            "runs": int(self._x("SELECT COUNT(*) FROM runs").fetchone()[0]),
-        }
-
-    def export(self) -> Iterator[dict[str, Any]]:
-        cur = self._x(f"SELECT {', '.join(EXPORT_COLUMNS)} FROM candidates ORDER BY id")
-        for row in cur:
-            yield dict(zip(EXPORT_COLUMNS, row, strict=True))
-
-    def stored_pages(self) -> Iterator[StoredPage]:
-        after = ""  # pages of 200 by URL: the bodies never all in memory (psycopg reads a
-        while True:  # whole result at once)
-            rows = self._x(
-                "SELECT c.url, c.fetched, k.content_type, c.body, c.exchange FROM content c "
-                "LEFT JOIN candidates k ON k.url = c.url WHERE c.url > ? ORDER BY c.url LIMIT 200",
-                (after,),
-            ).fetchall()
-            for url, fetched, content_type, body, exchange in rows:
-                try:
-                    yield StoredPage(str(url), float(fetched), content_type, bytes(body),
-                                     None if exchange is None else bytes(exchange))
-                except (TypeError, ValueError):  # a damaged row: an empty body, which the
-                    yield StoredPage(str(url), 0.0, None, b"")  # WARC writer reports
-            if len(rows) < 200:
-                return
-            after = rows[-1][0]
-
-    def stored_revisits(self) -> Iterator[StoredRevisit]:
-        """The revisits of pages still kept as they were, by URL and time (pages of 200)."""
-        after: tuple[str, float] = ("", 0.0)
-        while True:
-            rows = self._x(
-                f"{_REVISITS} WHERE (r.url > ? OR (r.url = ? AND r.fetched > ?)) "
-                "ORDER BY r.url, r.fetched LIMIT 200",
-                (after[0], after[0], after[1]),
-            ).fetchall()
-            yield from self._revisits(rows)
-            if len(rows) < 200:
-                return
-            after = (rows[-1][0], rows[-1][1])
-
-    def revisit(self, url: str, fetched: float) -> StoredRevisit | None:
-        """The revisit of this URL recorded at this time, if its page is still kept."""
-        rows = self._x(f"{_REVISITS} WHERE r.url = ? AND r.fetched = ?", (url, fetched))
-        return next(self._revisits(rows.fetchall()), None)
-
-    def _revisits(self, rows: list[Any]) -> Iterator[StoredRevisit]:
-        for url, fetched, exchange, refers_to, refers_date, original in rows:
-            try:
-                yield StoredRevisit(str(url), float(fetched), bytes(exchange), str(refers_to),
-                                    float(refers_date), bytes(original))
-            except (TypeError, ValueError):  # a damaged row: the WARC writer reports it
-                yield StoredRevisit(str(url), 0.0, b"", "", 0.0, b"")
-
-    def candidate(self, url: str) -> dict[str, Any] | None:
-        row = self._x(
-            f"SELECT {', '.join(EXPORT_COLUMNS)} FROM candidates WHERE url = ?", (url,)
-        ).fetchone()
-        if row is None:
-            return None
-        record = dict(zip(EXPORT_COLUMNS, row, strict=True))
-        for column, convert in _RECORD_COLUMNS.items():
-            record[column] = self._cell("candidates", column, url, convert, record[column])
-        return record
-
-
-

@@ -43,7 +43,6 @@ class SqliteStore(SqlStore):
             # commits is copied into the database once (COMMIT 39 -> 28 us a page, RESULTS.md)
             self._db.execute("PRAGMA wal_autocheckpoint=10000")
             self._migrate()
-            _test_pragmas(self._db)
         except sqlite3.DatabaseError as exc:
             raise StoreError(_explain(exc, path)) from None
 
@@ -156,15 +155,6 @@ def read_only(path: str | Path) -> contextlib.closing[sqlite3.Connection]:
     """A connection that cannot change the file (for looking at a file before trusting it)."""
     uri = f"{Path(path).resolve().as_uri()}?mode=ro"
     return contextlib.closing(sqlite3.connect(uri, uri=True))
-
-
-def _test_pragmas(db: sqlite3.Connection) -> None:
-    """Hidden test knob: COURTLY_TEST_SQLITE_PRAGMAS="max_page_count=60;query_only=1" simulates
-    a full disk (SQLITE_FULL) or an unwritable file (SQLITE_READONLY) without root tricks."""
-    for pragma in os.environ.get("COURTLY_TEST_SQLITE_PRAGMAS", "").split(";"):
-        name, _, value = pragma.partition("=")
-        if name.strip().isidentifier() and value.strip().isdigit():
-            db.execute(f"PRAGMA {name.strip()} = {int(value)}")
 
 
 def _explain(exc: sqlite3.DatabaseError, path: str) -> str:
