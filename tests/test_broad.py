@@ -11,8 +11,9 @@ import pytest
 from courtly import crawler as crawler_module
 from courtly import scheduler
 from courtly.cli import inject_seeds
-from courtly.config import load_config
+from courtly.config import Limits, load_config
 from courtly.crawler import Crawler
+from courtly.fetch import Fetcher
 from courtly.site import Page, html
 from courtly.store import open_store
 from courtly.strategy import load_strategy
@@ -48,3 +49,18 @@ def test_an_origin_waiting_for_its_delay_holds_no_todo_list_and_shares_its_robot
     assert all(c.todo == [] for c in waiting)  # the nine pages are in the database only
     assert len({id(c.robots) for c in waiting}) == 1  # one parse of the one file they serve
     assert len({id(c.state.robots_body) for c in waiting}) == 1
+
+
+def test_a_connection_the_next_request_cannot_reuse_is_closed_at_once(serve) -> None:
+    """An origin whose delay outlives limits.keep_alive leaves no idle connection behind (a
+    broad crawl would otherwise hold one for every origin answered in the last seconds)."""
+    site = serve({"a": {"/": Page(html("home", []))}})
+
+    async def idle_after(keep_alive: bool) -> int:
+        async with Fetcher(Limits(), "courtly-test", {"127.0.0.1"}) as fetcher:
+            response = await fetcher.get(site.url("a"), keep_alive=keep_alive)
+            assert response.status == 200
+            return fetcher.pool.idle_count()
+
+    assert asyncio.run(idle_after(True)) == 1
+    assert asyncio.run(idle_after(False)) == 0

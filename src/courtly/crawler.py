@@ -217,6 +217,11 @@ class Crawler:
         async with self.gate.request(origin_of(url)):
             return await self.fetcher.get(url, max_body=self.config.robots.max_size, truncate=True)
 
+    def _reuses(self, crawler: OriginCrawler) -> bool:
+        """Its next request may find this one's connection still open: its delay is shorter
+        than limits.keep_alive (a broad crawl's is not: its connections close at once)."""
+        return delay_for(crawler, self.config.politeness) < self.config.limits.keep_alive
+
     def _next_candidate(self, crawler: OriginCrawler) -> Candidate | None:
         """The next URL to fetch: refill the todo list, log the ones policy or robots refuse."""
         while not self.turns.stopping:
@@ -261,7 +266,8 @@ class Crawler:
         try:
             async with self.gate.request(crawler.origin):
                 result = await self.fetcher.get(candidate.url,
-                                                headers=outcome.validators(candidate))
+                                                headers=outcome.validators(candidate),
+                                                keep_alive=self._reuses(crawler))
         except FetchError as exc:
             result = exc
         answered = time.monotonic()

@@ -267,12 +267,15 @@ class Fetcher:
         headers: dict[str, str] | None = None,
         max_body: int | None = None,
         truncate: bool = False,
+        keep_alive: bool = True,
     ) -> HttpResponse:
         """GET one URL; raise FetchError for timeouts, size limits and transport failures,
         LocalError when courtly's own machine could not make the request for
         `limits.local_error_wait` seconds.
 
         With truncate, a body over max_body is cut there instead of refused (robots.txt).
+        keep_alive=False closes the connection after the answer: the caller's next request to
+        this endpoint comes after `limits.keep_alive`, when an idle connection would be gone.
         """
         assert self._loop is not None, "use 'async with Fetcher'"
         endpoint, target = _split(url)
@@ -287,7 +290,8 @@ class Fetcher:
         short_since: float | None = None  # when this request first met a local error
         while True:
             try:
-                response = await self._send(url, endpoint, sent, limit, truncate, fresh)
+                response = await self._send(url, endpoint, sent, limit, truncate, fresh,
+                                            keep_alive)
                 if proxy is not None:
                     proxied(response, proxy, request)
                 return response
@@ -301,7 +305,7 @@ class Fetcher:
                 short_since = await self._pause(exc, short_since)
 
     async def _send(self, url: str, endpoint: _Endpoint, request: bytes, limit: int,
-                    truncate: bool, fresh: bool) -> HttpResponse:
+                    truncate: bool, fresh: bool, keep_alive: bool = True) -> HttpResponse:
         """One try: on a kept-alive connection, or a new one once the pool has room for it."""
         loop = self._loop
         assert loop is not None
@@ -320,7 +324,7 @@ class Fetcher:
             raise
         finally:
             if conn is not None:
-                self._release(endpoint, conn)
+                self._release(endpoint, conn, keep_alive)
         return HttpResponse(url, status, hdrs, body, time.monotonic() - started, request,
                             head)
 
@@ -480,9 +484,9 @@ class Fetcher:
                 raise LocalError(f"resolve: {one_line(exc)}") from None
             raise FetchError(ExitCode.NETWORK_ERROR, f"connect: {one_line(exc)}") from None
 
-    def _release(self, endpoint: _Endpoint, conn: Connection) -> None:
-        """Keep a connection whose response ended cleanly; close any other."""
-        if conn.reusable and not conn.closed:
+    def _release(self, endpoint: _Endpoint, conn: Connection, keep: bool = True) -> None:
+        """Keep a connection whose response ended cleanly (if asked to); close any other."""
+        if keep and conn.reusable and not conn.closed:
             self.pool.put(endpoint, conn)
         else:
             conn.close()
