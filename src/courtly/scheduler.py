@@ -27,7 +27,7 @@ log = logging.getLogger("courtly")
 
 
 @dataclass(slots=True)
-class Gate:
+class KeyGate:
     """What the origins of one politeness key share: one request at a time, one delay."""
 
     key: str
@@ -85,7 +85,7 @@ class OriginCrawler:
     shapes: ShapeBudget = field(default_factory=lambda: ShapeBudget(0))  # crawl actions by shape
     finished: bool = False
     ending: Ending | None = None  # why it would finish now, were it to (None: no work left)
-    gate: Gate | None = None  # shared with the origins of its politeness key (None: its own)
+    gate: KeyGate | None = None  # shared with the origins of its politeness key (None: its own)
 
     def answered_in(self, seconds: float) -> None:
         """Keep a response time (the adaptive delay reads the last 5)."""
@@ -192,7 +192,7 @@ class Turns:
         self.crawlers: dict[str, OriginCrawler] = {}
         self._turn, self._failed, self._stats = turn, failed, stats
         self._key_of = key_of
-        self._gates: dict[str, Gate] = {}
+        self._gates: dict[str, KeyGate] = {}
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(concurrency)
@@ -317,7 +317,7 @@ class Turns:
         key = await self._key_of(crawler.origin)
         gate = self._gates.get(key)
         if gate is None:
-            gate = self._gates[key] = Gate(key)
+            gate = self._gates[key] = KeyGate(key)
         gate.next_request_at = max(gate.next_request_at, crawler.own_next_request_at)
         crawler.gate = gate
         if gate.busy:
