@@ -264,3 +264,13 @@ def test_an_origin_ends_before_its_work(
     origin.state.crawl_delay, origin.pages_this_run = crawl_delay, pages
     ending = outcome.ending(origin, config)
     assert (ending and ending.kind) == kind
+
+
+@pytest.mark.parametrize(("min_delay", "keep_alive", "reuse"),
+                         [(0.5, 4.0, True), (4.0, 4.0, False), (30.0, 4.0, False)])
+def test_a_connection_is_kept_only_when_the_next_request_may_reuse_it(
+    min_delay: float, keep_alive: float, reuse: bool
+) -> None:
+    config = CrawlConfig.model_validate({"politeness": {"min_delay": min_delay},
+                                         "limits": {"keep_alive": keep_alive}})
+    assert outcome.keeps_alive(crawler(), config) is reuse

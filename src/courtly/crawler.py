@@ -73,7 +73,6 @@ class Crawler:
         self.turns = Turns(config.concurrency, self._turn, self._stop_for, self.stats, keys)
         self.crawlers = self.turns.crawlers
         self.gate = Gate(self.crawlers, config.politeness)  # whichever origin asks (gate.py)
-        self.run_id = 0
         self.fetcher: Fetcher
         self._opened: set[str] = set()  # origins whose strategy.origin_opened was called
         self.robots = RobotsCache(config, store)
@@ -171,8 +170,7 @@ class Crawler:
         return at
 
     def _give_up(self, crawler: OriginCrawler) -> float | None:
-        """Record a batch of the URLs left to an origin given up: ORIGIN_GIVEN_UP (due again at
-        once, so the next run takes them), not counted against --max-actions."""
+        """Record a batch of the URLs an origin given up has left (ORIGIN_GIVEN_UP, no budget)."""
         left = crawler.todo or self.store.take_todo(
             crawler.origin, self.run_id, max(1, self.strategy.todo_batch), self.due_time())
         crawler.todo = []
@@ -217,11 +215,6 @@ class Crawler:
         async with self.gate.request(origin_of(url)):
             return await self.fetcher.get(url, max_body=self.config.robots.max_size, truncate=True)
 
-    def _reuses(self, crawler: OriginCrawler) -> bool:
-        """Its next request may find this one's connection still open: its delay is shorter
-        than limits.keep_alive (a broad crawl's is not: its connections close at once)."""
-        return delay_for(crawler, self.config.politeness) < self.config.limits.keep_alive
-
     def _next_candidate(self, crawler: OriginCrawler) -> Candidate | None:
         """The next URL to fetch: refill the todo list, log the ones policy or robots refuse."""
         while not self.turns.stopping:
@@ -265,9 +258,9 @@ class Crawler:
         result: outcome.Answer
         try:
             async with self.gate.request(crawler.origin):
-                result = await self.fetcher.get(candidate.url,
-                                                headers=outcome.validators(candidate),
-                                                keep_alive=self._reuses(crawler))
+                result = await self.fetcher.get(
+                    candidate.url, headers=outcome.validators(candidate),
+                    keep_alive=outcome.keeps_alive(crawler, self.config))
         except FetchError as exc:
             result = exc
         answered = time.monotonic()

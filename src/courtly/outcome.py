@@ -40,6 +40,7 @@ from courtly.scheduler import (
     EndKind,
     OriginCrawler,
     backoff,
+    delay_for,
     effective_crawl_delay,
     retry_after_seconds,
 )
@@ -102,6 +103,12 @@ def ending(crawler: OriginCrawler, config: CrawlConfig) -> Ending | None:
     if most and crawler.pages_this_run >= most:
         return Ending(EndKind.TRAP, f"trap: max_pages_per_origin {most}")
     return None
+
+
+def keeps_alive(crawler: OriginCrawler, config: CrawlConfig) -> bool:
+    """Whether the origin's next request may find this one's connection still open: its delay
+    is shorter than limits.keep_alive (a broad crawl's is not: its connections close at once)."""
+    return delay_for(crawler, config.politeness) < config.limits.keep_alive
 
 
 class Next(Enum):
