@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import socket
 import subprocess
 import sys
@@ -136,3 +137,26 @@ def test_no_proxy_rules_as_curl_and_requests_read_them() -> None:
     assert everything is not None and everything.for_url("https", "example.com", 443) is None
     auth = parse_proxy("http://al%40ice:p%3Ass@p:1").authorization
     assert auth == "Basic YWxAaWNlOnA6c3M="  # "al@ice:p:ss"
+
+
+def test_politeness_is_per_target_origin_not_per_proxy(
+        serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two origins through one proxy: each keeps its delay, and they do not wait for each other."""
+    site = serve({"far": {"/": Page(html("Home", [f"/p{i}" for i in range(4)]))}
+                  | {f"/p{i}": Page(html(f"P{i}", [])) for i in range(4)}})
+    other = "http://127.0.0.2:9"  # another origin, also reachable only through the proxy
+    with pproxy(site.origins["far"].removeprefix("http://")) as (proxy, _):
+        monkeypatch.setenv("http_proxy", f"http://{proxy}")
+        run = courtly("crawl", DEAD + "/", other + "/", "--db", tmp_path / "c.db",
+                      "--min-delay", "0.3", "--config",  # one server: the same pages twice
+                      config(tmp_path, "[dedup]\nexact = false\nnear = false"))
+        assert run.status == 0, run.err
+    hits = sorted(site.hits, key=lambda h: h.arrived)
+    by_host = {host: [h for h in hits if h.headers.get("Host") == host]
+               for host in ("127.0.0.1:9", "127.0.0.2:9")}
+    assert [len(v) for v in by_host.values()] == [6, 6]  # robots.txt, home, 4 pages each
+    for own in by_host.values():
+        assert all(b.arrived - a.done >= 0.3 - 0.005 for a, b in itertools.pairwise(own))
+    closest = min(b.arrived - a.arrived for a, b in itertools.pairwise(hits)
+                  if a.headers["Host"] != b.headers["Host"])
+    assert closest < 0.3  # the other origin's request did not wait for this one's delay
