@@ -4,9 +4,10 @@ A page kept with its HTTP exchange is a `request` record (the request as sent) a
 record (the status line and headers as received, and the body courtly kept: transfer and content
 encodings undone, so those headers are renamed `X-Crawler-…` and a Content-Length is given, as
 Nutch and Common Crawl write them); WARC-Concurrent-To links the two. A 304, an exact duplicate or
-an unchanged body is a `revisit` record of the kept page. A page kept before courtly kept exchanges (schema 9) is a
-`resource` record. Record ids and dates come from the URL and the fetch time alone, so the same
-page gives the same records during the crawl (`crawl --warc`) and in `export --format warc`.
+an unchanged body is a `revisit` record of the kept page. A page kept before courtly kept
+exchanges (schema 9) is a `resource` record. Record ids and dates come from the URL and the fetch
+time alone, so the same page gives the same records during the crawl (`crawl --warc`) and in
+`export --format warc`.
 
 `WarcFiles` rolls files of a configurable size with Heritrix-style names, and keeps a CDXJ index
 (pywb's format, written by cdxj-indexer) beside them.
