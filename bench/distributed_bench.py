@@ -1,16 +1,20 @@
-"""Distributed crawling benchmark: aggregate pages/s with 1, 2 and 4 workers on one PostgreSQL.
+"""Distributed crawling benchmark: SQLite mode and 1, 2, 4 PostgreSQL workers, same web, one run.
 
-    .venv/bin/python bench/distributed_bench.py [--origins 32] [--pages 100] [--workers 1,2,4]
+    .venv/bin/python bench/distributed_bench.py [--origins 100] [--pages 80] [--workers 1,2]
+    .venv/bin/python bench/distributed_bench.py --origins 200 --pages 20 --workers 4 --no-sqlite
 
-Serves ORIGINS x PAGES small pages on 127.0.0.1 (courtly.site.LocalSite, in this process), adds the
-seeds to a fresh schema, starts N `courtly worker` processes with no politeness delay (so that
-the crawler and the database, not the delay, are the limit) and measures:
+Serves the synthetic web of bench/site.py (ORIGINS x PAGES, robots.txt, redirects, 404s) with
+nginx (bench/nginx.py), crawls it once in SQLite mode (`courtly crawl`), then, for each N, adds
+the seeds to a fresh PostgreSQL schema and starts N `courtly worker` processes; no politeness
+delay (the crawler and the database, not the delay, are the limit). For each it reports:
 
 - pages/s: crawl actions over the span from the first to the last action (process start-up,
   about a second of imports, is not counted);
-- database time per page: PostgreSQL's own `active_time` (pg_stat_database, time spent executing
-  statements in the database) over the run, divided by the pages;
-- worker CPU per page (user + sys of the worker processes), and where the machine's CPU went.
+- coverage: distinct URLs crawled, and URLs crawled more than once;
+- statements and round trips a crawl action (the workers' own counters, `-v` log line);
+- CPU ms a page of the crawl processes and of PostgreSQL, and the machine's CPU use (all cores,
+  every process: the machine may be shared);
+- pages per worker, and the largest deviation from their mean.
 
 Needs the PostgreSQL server of the tests (COURTLY_TEST_POSTGRES, default 127.0.0.1:5432/test).
 """
@@ -18,41 +22,49 @@ Needs the PostgreSQL server of the tests (COURTLY_TEST_POSTGRES, default 127.0.0
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
-import random
+import re
 import resource
-import string
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import psycopg
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-
-from courtly.site import LocalSite, Page, html
-
+BENCH = Path(__file__).resolve().parent
 BASE = os.environ.get("COURTLY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+TOML = """\
+progress = "off"
+[politeness]
+max_crawl_delay = 0
+crawl_delay_above_cap = "clamp"
+[limits]
+allow_private_addresses = true
+[fleet]
+lease_seconds = 10
+"""
+_COUNTERS = re.compile(r"database: (\d+) statements in (\d+) round trips")
 
 
-def site_map(origins: int, pages: int) -> dict[str, dict[str, Page]]:
-    """Pages of ~300 random words (distinct, as real pages are: near-dup lookups stay cheap)."""
-    rng = random.Random(7)
-    words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 9)))
-             for _ in range(5000)]
-    sites = {}
-    for o in range(origins):
-        content = {"/": Page(html(f"o{o}", [f"/p{k}" for k in range(min(pages, 20))]))}
-        for k in range(pages):
-            links = [f"/p{(k + j) % pages}" for j in range(1, 6)]
-            text = " ".join(rng.choices(words, k=300))
-            content[f"/p{k}"] = Page(html(f"o{o} p{k}", links, body=text))
-        sites[f"o{o}"] = content
-    return sites
+def _load(name: str, file: str) -> ModuleType:
+    # bench/site.py would be shadowed by the stdlib `site` module: load it by path
+    spec = importlib.util.spec_from_file_location(name, BENCH / file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+synth = _load("courtly_bench_site", "site.py")
+nginx_mod = _load("courtly_bench_nginx", "nginx.py")
 
 
 def cpu_times() -> tuple[float, float]:
@@ -75,95 +87,151 @@ def postgres_cpu() -> float:
             continue
         name = stat[stat.index("(") + 1:stat.rindex(")")]
         if name.startswith("postgres"):
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.index(")") + 2:].split()
             total += sum(int(x) for x in fields[11:15]) / tick  # incl. exited backends
     return total
 
 
-def active_ms(conn: psycopg.Connection[Any]) -> float:
-    conn.execute("SELECT pg_stat_clear_snapshot()")
-    row = conn.execute(
-        "SELECT active_time FROM pg_stat_database WHERE datname = current_database()"
-    ).fetchone()
-    return float(row[0]) if row and row[0] is not None else 0.0
+class Measure:
+    """CPU of the children, of PostgreSQL and of the machine between start and stop."""
+
+    def __enter__(self) -> Measure:
+        self.busy0, self.total0 = cpu_times()
+        self.usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.pg0 = postgres_cpu()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        busy1, total1 = cpu_times()
+        self.pg_cpu = postgres_cpu() - self.pg0
+        self.crawl_cpu = (usage1.ru_utime - self.usage0.ru_utime) + (
+            usage1.ru_stime - self.usage0.ru_stime)
+        self.machine = (busy1 - self.busy0) / max(1.0, total1 - self.total0)
 
 
-def run(site: LocalSite, workers: int, concurrency: int) -> dict[str, float]:
+def _wait(procs: list[subprocess.Popen[str]]) -> list[str]:
+    errs = []
+    for proc in procs:
+        _, err = proc.communicate(timeout=1800)
+        if proc.returncode != 0:
+            raise SystemExit(f"crawl failed ({proc.returncode}): {err[-2000:]}")
+        errs.append(err)
+    return errs
+
+
+def summary(mode: str, log: list[tuple[str, float, float, str | None]], m: Measure,
+            counters: tuple[int, int] | None) -> dict[str, Any]:
+    """The figures of one crawl from its crawl log rows (url, started, elapsed, worker)."""
+    pages = len(log)
+    first = min(r[1] for r in log)
+    last = max(r[1] + r[2] for r in log)
+    span = max(1e-9, last - first)
+    urls: dict[str, int] = {}
+    for r in log:
+        urls[r[0]] = urls.get(r[0], 0) + 1
+    per_worker: dict[str, int] = {}
+    for r in log:
+        per_worker[r[3] or ""] = per_worker.get(r[3] or "", 0) + 1
+    shares = sorted(per_worker.values(), reverse=True)
+    mean = pages / len(shares)
+    return {
+        "mode": mode, "pages": pages, "urls": len(urls),
+        "twice": sum(1 for n in urls.values() if n > 1), "span": span,
+        "pages_per_s": pages / span,
+        "statements": counters[0] / pages if counters else None,
+        "round_trips": counters[1] / pages if counters else None,
+        "crawl_cpu_ms": 1000 * m.crawl_cpu / pages, "pg_cpu_ms": 1000 * m.pg_cpu / pages,
+        "machine": m.machine, "shares": shares,
+        "spread": max(abs(s - mean) for s in shares) / mean,
+    }
+
+
+def run_sqlite(seeds: list[str], work: Path, toml: Path, concurrency: int) -> dict[str, Any]:
+    db = work / f"sqlite-{uuid.uuid4().hex[:6]}.db"
+    cmd = [sys.executable, "-m", "courtly", "crawl", *seeds, "--db", str(db), "--min-delay", "0",
+           "--concurrency", str(concurrency), "--config", str(toml)]
+    with Measure() as m:
+        _wait([subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)])
+    with sqlite3.connect(db) as con:
+        log = con.execute("SELECT url, started, elapsed, worker FROM crawl_log").fetchall()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    return summary("SQLite", log, m, None)
+
+
+def run_workers(seeds: list[str], workers: int, toml: Path, concurrency: int) -> dict[str, Any]:
     schema = f"courtly_bench_{uuid.uuid4().hex[:8]}"
     url = f"{BASE}?schema={schema}"
-    config = Path(tempfile.mkdtemp(prefix="courtly-bench-")) / "fleet.toml"
-    config.write_text("[fleet]\nlease_seconds = 10\n")
     py = sys.executable
-    seeds = [site.url(name) for name in site.sites]
     subprocess.run([py, "-m", "courtly", "add-seeds", *seeds, "--db", url], check=True,
                    capture_output=True)
-    admin = psycopg.connect(BASE, autocommit=True)
-    before_ms = active_ms(admin)
-    busy0, total0 = cpu_times()
-    usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    self0 = resource.getrusage(resource.RUSAGE_SELF)
-    pg0 = postgres_cpu()
-    started = time.monotonic()
-    procs = [
-        subprocess.Popen([py, "-m", "courtly", "worker", "--db", url, "--min-delay", "0",
-                          "--concurrency", str(concurrency), "--progress", "off",
-                          "--config", str(config)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for _ in range(workers)
-    ]
-    for proc in procs:
-        _, err = proc.communicate(timeout=900)
-        if proc.returncode != 0:
-            raise SystemExit(f"worker failed: {err}")
-    wall = time.monotonic() - started
-    usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    self1 = resource.getrusage(resource.RUSAGE_SELF)
-    pg_cpu = postgres_cpu() - pg0
-    busy1, total1 = cpu_times()
-    after_ms = active_ms(admin)
-    admin.execute(f"SET search_path TO {schema}")
-    pages, first, last = admin.execute(
-        "SELECT COUNT(*), MIN(started), MAX(started + elapsed) FROM crawl_log"
-    ).fetchone()
-    per_worker = [n for (n,) in admin.execute(
-        "SELECT COUNT(*) FROM crawl_log GROUP BY worker ORDER BY 1 DESC")]
-    admin.execute("SET search_path TO public")
-    admin.execute(f"DROP SCHEMA {schema} CASCADE")
-    admin.close()
-    span = max(1e-9, last - first)
-    worker_cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
-    return {
-        "workers": workers, "pages": pages, "span": span, "wall": wall,
-        "pages_per_s": pages / span, "db_ms_per_page": (after_ms - before_ms) / pages,
-        "worker_cpu_ms_per_page": 1000 * worker_cpu / pages,
-        "pg_cpu_ms_per_page": 1000 * pg_cpu / pages,
-        "site_cpu_ms_per_page": 1000 * ((self1.ru_utime - self0.ru_utime)
-                                        + (self1.ru_stime - self0.ru_stime)) / pages,
-        "machine_cpu": (busy1 - busy0) / max(1.0, total1 - total0),
-        "per_worker": per_worker,
-    }
+    cmd = [py, "-m", "courtly", "-v", "worker", "--db", url, "--min-delay", "0",
+           "--concurrency", str(concurrency), "--config", str(toml)]
+    with Measure() as m:
+        errs = _wait([subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                       text=True) for _ in range(workers)])
+    statements = round_trips = 0
+    for err in errs:
+        for found in _COUNTERS.finditer(err):
+            statements += int(found.group(1))
+            round_trips += int(found.group(2))
+    with psycopg.connect(BASE, autocommit=True) as admin:
+        admin.execute(f"SET search_path TO {schema}")
+        log = admin.execute("SELECT url, started, elapsed, worker FROM crawl_log").fetchall()
+        admin.execute("SET search_path TO public")
+        admin.execute(f"DROP SCHEMA {schema} CASCADE")
+    counters = (statements, round_trips) if round_trips else None
+    return summary(f"PostgreSQL, {workers} worker{'s' * (workers > 1)}", log, m, counters)
+
+
+def row(r: dict[str, Any], base: float | None) -> str:
+    def opt(value: float | None) -> str:
+        return "–" if value is None else f"{value:.1f}"
+
+    ratio = f"{r['pages_per_s'] / base:.2f}×" if base else "–"
+    return (f"| {r['mode']} | {r['pages']} | {r['urls']} | {r['twice']} "
+            f"| {r['pages_per_s']:.0f} | {ratio} | {opt(r['statements'])} "
+            f"| {opt(r['round_trips'])} | {r['crawl_cpu_ms']:.2f} | {r['pg_cpu_ms']:.2f} "
+            f"| {100 * r['machine']:.0f}% | {', '.join(map(str, r['shares']))} "
+            f"| ±{100 * r['spread']:.0f}% |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--origins", type=int, default=32)
-    parser.add_argument("--pages", type=int, default=100)
-    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--origins", type=int, default=100)
+    parser.add_argument("--pages", type=int, default=80)
+    parser.add_argument("--workers", default="1,2")
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--base-port", type=int, default=28001)
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the whole set")
+    parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL workers only")
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPUs; {args.origins} origins x {args.pages + 1} pages; "
-          f"PostgreSQL at {BASE}")
-    with LocalSite(site_map(args.origins, args.pages)) as site:
-        print("| workers | pages | pages/s | DB active ms/page | CPU ms/page: workers "
-              "| postgres | test site | machine CPU | pages per worker |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-        for n in [int(x) for x in args.workers.split(",")]:
-            site.hits.clear()
-            r = run(site, n, args.concurrency)
-            print(f"| {n} | {r['pages']} | {r['pages_per_s']:.0f} | {r['db_ms_per_page']:.2f} "
-                  f"| {r['worker_cpu_ms_per_page']:.1f} | {r['pg_cpu_ms_per_page']:.1f} "
-                  f"| {r['site_cpu_ms_per_page']:.1f} | {100 * r['machine_cpu']:.0f}% "
-                  f"| {', '.join(map(str, r['per_worker']))} |", flush=True)
+    params = synth.Params(args.origins, args.pages, 1, args.base_port)
+    site_dir, manifest = synth.load_or_generate(params, BENCH / ".cache" / "sites")
+    seeds = list(manifest["seeds"])
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start "
+          f"(a shared machine: other processes' CPU counts in 'machine CPU'); "
+          f"{args.origins} origins x {args.pages} pages (bench/site.py, nginx); "
+          f"concurrency {args.concurrency}; PostgreSQL at {BASE}; {time.strftime('%H:%M UTC')}")
+    print("| mode | pages | URLs | URLs twice | pages/s | × SQLite | statements/page "
+          "| round trips/page | crawl CPU ms/page | postgres CPU ms/page | machine CPU "
+          "| pages per worker | spread |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory(prefix="courtly-dbench-") as tmp, \
+            nginx_mod.Nginx(site_dir, args.origins, args.base_port):
+        work = Path(tmp)
+        toml = work / "crawl.toml"
+        toml.write_text(TOML)
+        for _ in range(args.rounds):
+            base = None
+            if not args.no_sqlite:
+                r = run_sqlite(seeds, work, toml, args.concurrency)
+                base = r["pages_per_s"]
+                print(row(r, base), flush=True)
+            for n in [int(x) for x in args.workers.split(",")]:
+                print(row(run_workers(seeds, n, toml, args.concurrency), base), flush=True)
 
 
 if __name__ == "__main__":

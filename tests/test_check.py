@@ -47,6 +47,7 @@ def test_a_database_of_schema_7_gets_the_robots_error_column(serve, tmp_path: Pa
     con.execute("ALTER TABLE origins DROP COLUMN robots_error")
     con.execute("ALTER TABLE content DROP COLUMN exchange")  # added by migration 9
     con.execute("DROP TABLE revisits")
+    con.execute("ALTER TABLE leases DROP COLUMN epoch")  # added by migration 10
     con.execute("UPDATE schema_version SET version = 7")
     con.commit()
     con.close()

@@ -81,9 +81,8 @@ def assert_polite(site: LocalSite, delay: float) -> None:
             assert after.arrived - before.done >= delay - 0.01, f"{name}: delay not held"
 
 
-def test_three_workers_crawl_to_exact_coverage_holding_delays(
-    serve, pg_url: PgUrl, tmp_path: Path
-) -> None:
+def test_three_workers_crawl_to_exact_coverage_holding_delays(serve, pg_url: PgUrl,
+                                                              tmp_path: Path) -> None:
     site = fleet_site(serve)
     seeds = [site.url(n) for n in NAMES]
     added = courtly("add-seeds", *seeds, "--db", pg_url)
@@ -114,34 +113,59 @@ def test_three_workers_crawl_to_exact_coverage_holding_delays(
     assert len(run) == 1 and run[0]["finished"] is not None
 
 
-def test_killed_worker_loses_its_leases_and_the_rest_finish(
-    serve, pg_url: PgUrl, tmp_path: Path
-) -> None:
-    site = fleet_site(serve, page_delay=0.03)
-    assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
-    # no same-host shortcut: the takeover must come from lease expiry
-    config = fleet_config(tmp_path, "same_host_pid_check = false\n")
-    procs = start_workers(pg_url, 3, config, delay=0.15)
+def two_busy_workers(pg_url: PgUrl, procs: list[subprocess.Popen[str]]
+                     ) -> tuple[subprocess.Popen[str], str]:
+    """Wait until two workers have crawled; the one with more crawl actions and its id."""
     by_pid = {p.pid: p for p in procs}
-    deadline = time.monotonic() + 30
-    victim = None
-    while victim is None and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60  # a loaded machine: imports alone can take seconds
+    while time.monotonic() < deadline:
         counts = Counter(r["worker"] for r in rows(
             pg_url, "SELECT worker FROM crawl_log WHERE worker IS NOT NULL"))
         busy = [w for w, n in counts.most_common() if n >= 5]
         if len(busy) >= 2:
-            victim = by_pid[int(busy[0].split(":")[1])]
+            return by_pid[int(busy[0].split(":")[1])], busy[0]
         time.sleep(0.05)
-    assert victim is not None, "the workers did not get going"
-    held = rows(pg_url, "SELECT COUNT(*) AS n FROM leases l JOIN workers w ON w.id = l.worker "
-                        "WHERE w.pid = ?", victim.pid)[0]["n"]
-    assert held > 0
+    raise AssertionError("the workers did not get going")
+
+
+def origins_of(pg_url: PgUrl, worker: str) -> set[str]:
+    """The origins of the partitions a worker leases now."""
+    return {r["origin"] for r in rows(
+        pg_url, "SELECT o.origin FROM origins o JOIN leases l ON l.part = o.part "
+                "WHERE l.worker = ?", worker)}
+
+
+def wait_for_takeover(pg_url: PgUrl, theirs: set[str], victim: str, lease: float) -> float:
+    """Wait until another worker crawls one of the victim's origins; when (monotonic)."""
+    seen = {r["id"] for r in rows(pg_url, "SELECT id FROM crawl_log")}
+    deadline = time.monotonic() + 5 * lease + 10
+    while time.monotonic() < deadline:
+        new = rows(pg_url, "SELECT id, origin, worker FROM crawl_log")
+        if any(r["id"] not in seen and r["origin"] in theirs and r["worker"] != victim
+               for r in new):
+            return time.monotonic()
+        time.sleep(0.05)
+    raise AssertionError("nobody took the victim's origins over")
+
+
+def test_killed_worker_loses_its_leases_and_the_other_takes_over(serve, pg_url: PgUrl,
+                                                                tmp_path: Path) -> None:
+    site = fleet_site(serve, page_delay=0.03)
+    assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
+    # no same-host shortcut: the takeover must come from lease expiry
+    procs = start_workers(pg_url, 2, fleet_config(tmp_path, "same_host_pid_check = false\n"),
+                          delay=0.15)
+    victim, victim_id = two_busy_workers(pg_url, procs)
+    theirs = origins_of(pg_url, victim_id)
+    assert theirs
     victim.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
     victim.wait(10)
+    took_over = wait_for_takeover(pg_url, theirs, victim_id, 2)
+    # after the lease (2 s) expired, within a poll interval and the origin's delay of it
+    assert 1.0 < took_over - killed_at < 2 + 2.0
     survivors = [p for p in procs if p is not victim]
     wait_all(survivors)
-    assert time.monotonic() - killed_at > 1.5  # they had to wait for the leases to expire
 
     counts = Counter(r["url"] for r in rows(pg_url, "SELECT url FROM crawl_log"))
     assert set(counts) == all_urls(site), "a URL was lost"
@@ -153,7 +177,45 @@ def test_killed_worker_loses_its_leases_and_the_rest_finish(
     assert_polite(site, 0.15)
     fleet = json.loads(courtly("stats", "--db", pg_url, "--json").out)["fleet"]
     states = Counter(w["state"] for w in fleet["workers"])
-    assert states == {"stopped": 2, "lost": 1}
+    assert states == {"stopped": 1, "lost": 1}
+
+
+def test_a_frozen_worker_is_fenced_off_and_drops_its_partitions(serve, pg_url: PgUrl,
+                                                                tmp_path: Path) -> None:
+    """SIGSTOP a worker past its lease while the other takes over, then SIGCONT it: its
+    requests in flight at the freeze are the only pages fetched twice, the database refuses
+    what it then writes under its old leases, and it drops them."""
+    site = fleet_site(serve, page_delay=0.2)  # slow pages: requests are in flight at the freeze
+    assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
+    procs = start_workers(pg_url, 2, fleet_config(tmp_path, "same_host_pid_check = false\n"),
+                          delay=0.1)
+    frozen, frozen_id = two_busy_workers(pg_url, procs)
+    theirs = origins_of(pg_url, frozen_id)
+    frozen.send_signal(signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    try:
+        wait_for_takeover(pg_url, theirs, frozen_id, 2)
+        time.sleep(max(0.0, frozen_at + 4 - time.monotonic()))  # twice the lease
+        written = len(rows(pg_url, "SELECT id FROM crawl_log WHERE worker = ?", frozen_id))
+        thawed_at = time.time()
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    errs = wait_all(procs)
+
+    log = rows(pg_url, "SELECT url, worker, started FROM crawl_log ORDER BY id")
+    counts = Counter(r["url"] for r in log)
+    assert set(counts) == all_urls(site), "a URL was lost"
+    # the frozen worker's actions in flight were refused: each URL has one crawl action
+    assert max(counts.values()) == 1
+    later = [r for r in log if r["worker"] == frozen_id][written:]
+    assert all(r["started"] >= thawed_at for r in later), "a stale write was accepted"
+    # on the wire: only the requests in flight at the freeze (one per origin at most) twice
+    hits = Counter(f"{name}{path}" for name in NAMES for path in fetched_paths(site, name))
+    twice = [u for u, n in hits.items() if n > 1]
+    assert max(hits.values()) <= 2 and len(twice) <= len(NAMES)
+    assert len({u.split("/", 1)[0] for u in twice}) == len(twice)
+    assert "lost the leases of partitions" in errs[procs.index(frozen)]
+    assert_polite(site, 0.1)
 
 
 def test_continuous_worker_waits_for_new_seeds(serve, pg_url: PgUrl, tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ def test_a_database_of_schema_6_gets_the_covering_index_and_the_same_todo_list(
     con.execute("ALTER TABLE origins DROP COLUMN robots_error")  # added by migration 8
     con.execute("ALTER TABLE content DROP COLUMN exchange")  # added by migration 9
     con.execute("DROP TABLE revisits")
+    con.execute("ALTER TABLE leases DROP COLUMN epoch")  # added by migration 10
     con.execute("UPDATE schema_version SET version = 6")
     con.commit()
     assert "COVERING" not in con.execute(FRESH_QUERY, (ORG, 10)).fetchall()[0][3]

@@ -7,6 +7,7 @@ fixture; these tests cover what only this backend has.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import signal
 import socket
@@ -15,7 +16,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg
@@ -200,20 +200,19 @@ def proxied(pg_url: PgUrl) -> Iterator[tuple[Proxy, str]]:
     proxy.cut()
 
 
-def test_database_restart_is_survived_and_an_outage_stops_cleanly(
-    serve, proxied, tmp_path: Path
-) -> None:
+def test_database_restart_is_survived_and_an_outage_stops_cleanly(serve, proxied,
+                                                                  tmp_path) -> None:
     proxy, url = proxied
     n = 40
     pages = {"/": Page(html("home", [f"/p{i}" for i in range(n)]))}
     pages |= {f"/p{i}": Page(html(f"page {i} " + "x " * i, [], body=f"{i} " * i), delay=0.01)
               for i in range(n)}
     site = serve({"a": pages})
-    config = tmp_path / "fleet.toml"
-    config.write_text("[fleet]\nreconnect_seconds = 2\nlease_seconds = 3\n")
+    toml = tmp_path / "crawl.toml"
+    toml.write_text("[fleet]\nreconnect_seconds = 2\nlease_seconds = 3\n")
     assert courtly("add-seeds", site.url("a"), "--db", url).status == 0
     proc = courtly_process("worker", "--db", url, "--min-delay", "0.1", "--progress", "off",
-                           "--config", config)
+                           "--config", toml)
 
     def crawled() -> int:
         return len(rows(url, "SELECT id FROM crawl_log"))
@@ -240,6 +239,51 @@ def test_database_restart_is_survived_and_an_outage_stops_cleanly(
     assert sum(c - 1 for c in counts.values()) <= 2  # only requests in flight at a cut
     assert {r["state"] for r in rows(url, "SELECT state FROM candidates")} == {"CRAWLED"}
     assert len(fetched_paths(site, "a")) <= n + 1 + 2
+
+
+def test_two_workers_wait_out_a_ten_second_outage(serve, proxied, pg_url: PgUrl,
+                                                   tmp_path) -> None:
+    """PostgreSQL unreachable for 10 s mid-crawl (every connection cut, new ones refused): both
+    workers keep each origin's delay, reconnect, and finish; no page is fetched twice, none is
+    lost."""
+    proxy, url = proxied
+    names, n, delay = ["a", "b", "c", "d"], 30, 0.2
+    site = serve({name: {"/": Page(html(name, [f"/p{i}" for i in range(n)])),
+                         **{f"/p{i}": Page(html(f"{name} {i} " + "x " * i, [], body=f"{i} " * i))
+                            for i in range(n)}} for name in names})
+    toml = tmp_path / "crawl.toml"  # the default leases (30 s) outlast the outage (trusted for
+    # 24 s after a renewal sent at most 5 s before the cut); the limit is well above it
+    toml.write_text("[fleet]\nreconnect_seconds = 40\npartitions = 8\n")
+    assert courtly("add-seeds", *(site.url(name) for name in names), "--db", url).status == 0
+    procs = [courtly_process("worker", "--db", url, "--min-delay", str(delay), "--progress",
+                             "off", "--config", toml) for _ in range(2)]
+    deadline = time.monotonic() + 30
+    while len(rows(pg_url, "SELECT id FROM crawl_log")) < 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proxy.cut()
+    cut_at = time.monotonic()
+    fetched_at_cut = len(site.hits)
+    time.sleep(10)
+    assert all(p.poll() is None for p in procs), "a worker gave up during the outage"
+    proxy.start()
+    errs = []
+    for proc in procs:
+        _, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err
+        errs.append(err)
+    assert any("reconnecting" in err or "unreachable" in err for err in errs)
+    assert len(site.hits) > fetched_at_cut and time.monotonic() - cut_at > 10
+    all_urls = {site.url(name, p) for name in names for p in ["/", *(f"/p{i}" for i in range(n))]}
+    counts = Counter(r["url"] for r in rows(pg_url, "SELECT url FROM crawl_log"))
+    assert set(counts) == all_urls and max(counts.values()) == 1
+    for name in names:  # on the wire: each page once, one request at a time, the delay kept
+        paths = fetched_paths(site, name)
+        assert sorted(paths) == sorted(set(paths)), f"{name}: a page was fetched twice"
+        hits = site.hits_for(name)
+        for before, after in itertools.pairwise(hits):
+            assert after.arrived >= before.done
+            assert after.arrived - before.done >= delay - 0.01, f"{name}: delay not kept"
 
 
 def test_sigterm_gives_the_leases_back(serve, pg_url: PgUrl) -> None:

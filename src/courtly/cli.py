@@ -236,12 +236,9 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
     if store.shared:  # a worker of the fleet (docs/distributed.md)
         from courtly.distributed import run_worker
 
-        def again() -> Any:
-            return load_strategy(config.strategy, args=config.strategy_args)
-
         with progress:
-            stats = run_worker(cast("PostgresStore", store), config, strategy, again,
-                               progress.update, continuous)
+            stats = run_worker(cast("PostgresStore", store), config, strategy, progress.update,
+                               continuous)
         progress.summary(stats)
         return 1 if stats.stop is not None and stats.stop.failed else 0
     crawler = Crawler(config, store, strategy, on_progress=progress.update)

@@ -181,10 +181,8 @@ class FleetConfig(_Section):
     lease_seconds: float = Field(30.0, gt=0)
     #: partitions of the registered domains; fixed when a crawl database first gets them
     partitions: int = Field(64, ge=1, le=65536)
-    #: how long a lost database connection is reconnected (with backoff) before the pass stops
+    #: how long an unreachable database is retried (with backoff) before the worker stops
     reconnect_seconds: float = Field(60.0, ge=0)
-    #: crawl passes a worker joins again after its connection was lost inside a transaction
-    restarts: int = Field(5, ge=0)
     #: a worker finds the other workers of its host name that have died (by process id) and frees
     #: their leases at once; turn off when workers of one host name run in separate process id
     #: namespaces (containers sharing the host's name), where another's id means nothing

@@ -16,7 +16,7 @@ from courtly.model import CrawlAction, ExitCode
 from courtly.outcome import Next, Reading, too_many_redirects
 from courtly.pageworker import PageSettings, PageWorker, compress
 from courtly.robots import product_token
-from courtly.store import Store
+from courtly.store.database import Database
 from courtly.strategy import CrawlingStrategy
 from courtly.strategy import Response as StrategyResponse
 
@@ -25,10 +25,10 @@ class ContentReader:
     """Reads the body of one crawl action's response into the action."""
 
     def __init__(
-        self, config: CrawlConfig, store: Store, strategy: CrawlingStrategy, links: Links
+        self, config: CrawlConfig, db: Database, strategy: CrawlingStrategy, links: Links
     ) -> None:
         self.config = config
-        self.store = store
+        self.db = db
         self.strategy = strategy
         self.links = links
         limits = config.limits
@@ -56,7 +56,7 @@ class ContentReader:
         if step is Next.PAGE:
             await self._page(action, resp)
         elif step is Next.REDIRECT:
-            self._redirect(action, reading)
+            await self._redirect(action, reading)
         elif step is not Next.NOTHING:  # a file, maybe a sitemap
             action.content_hash = dedup.exact_fingerprint(resp.body)
             if step is Next.SITEMAP:
@@ -66,11 +66,11 @@ class ContentReader:
         if self.config.store_content and (action.content or action.revisit_of):
             action.exchange = compress(resp.request + resp.head)  # for WARC records (warc.py)
 
-    def _redirect(self, action: CrawlAction, reading: Reading) -> None:
+    async def _redirect(self, action: CrawlAction, reading: Reading) -> None:
         """The target becomes a link, unless the chain of redirects is already too long."""
         most = self.config.limits.max_redirect_chain
         assert reading.redirect_target is not None
-        if self.store.redirect_chain(action.candidate.url, most) >= most:
+        if await self.db.redirect_chain(action.candidate.url, most) >= most:
             # the hop is recorded, its target is not queued: an endless chain stops here
             refused = too_many_redirects(most)
             action.exit_code, action.detail = refused.exit_code, refused.detail
@@ -90,15 +90,21 @@ class ContentReader:
             return
         action.content_hash = dedup.exact_fingerprint(resp.body)
         rules = self.config.dedup
+        wanted = None if page.nofollow else self.links.wanted(action, page.links)
+        checked = not page.noindex  # a noindex page is no duplicate: it is not kept
+        original, similar, unsettled = await self.db.page_lookups(
+            action.content_hash if checked and rules.exact else None,
+            page.near_signature if checked and rules.near else None, url,
+            rules.min_similarity, *(wanted or (None, 0.0)))
         if page.noindex:
             action.exit_code = ExitCode.NOINDEX
-        elif rules.exact and (original := self.store.find_hash(action.content_hash, url)):
+        elif original is not None:
             action.exit_code = ExitCode.DUPLICATE_CONTENT
             action.duplicate_of = action.revisit_of = original
             action.detail = f"exact duplicate of {original}"
             if not rules.follow_links_of_exact_duplicates:
                 return
-        elif rules.near and self._near_duplicate(action, page.near_signature):
+        elif rules.near and self._near_duplicate(action, page.near_signature, similar):
             if not rules.follow_links_of_near_duplicates:
                 return
         else:
@@ -110,16 +116,12 @@ class ContentReader:
         if page.nofollow:
             action.detail = "nofollow"
             return
-        self.links.page(action, page.links)
+        self.links.page(action, page.links, unsettled)
 
-    def _near_duplicate(self, action: CrawlAction, signature: bytes | None) -> bool:
+    def _near_duplicate(self, action: CrawlAction, signature: bytes | None,
+                        similar: tuple[str, float] | None) -> bool:
         """A similar enough OK page (MinHash signature of the text) makes this a duplicate."""
         action.near_signature = signature
-        if signature is None:
-            return False
-        similar = self.store.find_similar(
-            signature, action.candidate.url, self.config.dedup.min_similarity
-        )
         if similar is None:
             return False
         action.exit_code = ExitCode.DUPLICATE_CONTENT

@@ -21,7 +21,7 @@ from courtly.errors import describe
 from courtly.fetch import Fetcher, FetchError, HttpResponse, LocalError
 from courtly.gate import Gate
 from courtly.links import Links, request_of
-from courtly.model import COMPLETED, Candidate, CrawlAction, ExitCode
+from courtly.model import COMPLETED, Candidate, CrawlAction, ExitCode, OriginState
 from courtly.policy import Policy, ShapeBudget
 from courtly.robots_cache import RobotsCache
 from courtly.scheduler import (
@@ -37,6 +37,8 @@ from courtly.scheduler import (
 )
 from courtly.stats import CrawlStats, Stop, StopKind
 from courtly.store import Store, StoreError
+from courtly.store.base import Write
+from courtly.store.database import Database, StrategyStore
 from courtly.strategy import CrawlingStrategy, StoreContext
 from courtly.urls import host_of, origin_of
 from courtly.warc import CrawlArchive
@@ -45,10 +47,16 @@ log = logging.getLogger("courtly")
 
 
 class Fleet(Protocol):
-    """The fleet (distributed.Worker); `follow` drives rescope, take_over, fleet_finished."""
+    """The fleet (distributed.Worker); `follow` drives rescope, take_over, fleet_finished.
+
+    `join` runs on the database thread; `lease` gives the (partition, epoch) a write for an
+    origin is fenced with; `refused` hears of writes the database refused (a lease was lost).
+    """
 
     def join(self) -> int: ...
     def owns(self, origin: str) -> bool: ...
+    def lease(self, origin: str) -> tuple[int, int] | None: ...
+    def refused(self, writes: list[Write]) -> None: ...
     def new_origin(self, origin: str) -> None: ...
     async def follow(self, crawl: Crawler) -> None: ...
 
@@ -64,6 +72,8 @@ class Crawler:
         self.fleet = fleet  # distributed mode: the origins our leases give us
         self._fleet_done = False
         self.store = store
+        self.db = Database(store, fleet.lease, fleet.refused, self._database_failed) if fleet \
+            else Database(store)
         self.strategy = strategy
         self.origins = store.configured_origins()
         self.policy = Policy(config.policies, config.traps, [o + "/" for o in self.origins])
@@ -73,18 +83,24 @@ class Crawler:
         self.turns = Turns(config.concurrency, self._turn, self._stop_for, self.stats, keys)
         self.crawlers = self.turns.crawlers
         self.gate = Gate(self.crawlers, config.politeness)  # whichever origin asks (gate.py)
+        self._loop: asyncio.AbstractEventLoop
         self.fetcher: Fetcher
         self._opened: set[str] = set()  # origins whose strategy.origin_opened was called
-        self.robots = RobotsCache(config, store)
-        self.links = Links(strategy, store, self.policy, config.normalize, self._admit)
-        self.content = ContentReader(config, store, strategy, self.links)
-        strategy.bind(StoreContext(store, self.turns.live_state))
+        self.robots = RobotsCache(config, self.db)
+        self.links = Links(strategy, self.db, self.policy, config.normalize, self._admit)
+        self.content = ContentReader(config, self.db, strategy, self.links)
+        strategy.bind(StoreContext(StrategyStore(self.db), self.turns.live_state))
         self.warc = CrawlArchive.of(config.warc, store)  # crawl --warc, as actions are recorded
 
     async def run(self) -> CrawlStats:
         """Crawl until every origin is finished, the budget is spent, or a signal arrives."""
-        self.run_id = self.fleet.join() if self.fleet is not None else self.store.begin_run()
-        loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
+        try:
+            self.run_id = await self.db.call(
+                self.fleet.join if self.fleet is not None else self.store.begin_run)
+        except BaseException:
+            self.db.close()
+            raise
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stop, StopKind.SIGNAL, f"stopped by {sig.name}")
         try:  # a signal during the shut-down is handled too: it is already stopping
@@ -96,10 +112,10 @@ class Crawler:
     async def _crawl_until_done(self) -> CrawlStats:
         """Dispatch turns until done or stopped, then drain, commit and close the strategy."""
         # the address guard lets through the seeds' own hosts, not the origins found in scope
-        hosts = {host_of(o + "/") for o in self.store.seed_origins()}
+        hosts = {host_of(o + "/") for o in await self.db.call(self.store.seed_origins)}
         async with Fetcher.for_crawl(self.config, hosts) as self.fetcher:
             for origin in self.origins if self.fleet is None else ():
-                self._add_crawler(origin)
+                self._add_crawler(origin, await self.db.load_origin(origin))
             self.store.commit_interval = self.config.commit_interval
             jobs = [self._housekeeping(), *([self.fleet.follow(self)] if self.fleet else [])]
             try:
@@ -107,19 +123,25 @@ class Crawler:
             finally:
                 await self.turns.drain()
                 self.content.close()
+        try:
+            try:
+                await self.db.flush()  # the writes, and the WARC records queued after them
+            finally:
                 if self.warc is not None:
                     self.warc.close()  # the last file, indexed
-        if self.stats.stop is None:
-            self.stats.stop = Stop(StopKind.FINISHED, "finished: no origin has work left")
-            self.store.finish_run(self.run_id)
-        self.store.flush()
-        try:
-            self.strategy.close()
-        except StoreError:
-            raise
-        except Exception as exc:  # the strategy's bug: one line, exit status 1
-            text = f"internal error: strategy close(): {describe(exc)}"
-            self.stats.stop = Stop(StopKind.INTERNAL_ERROR, text)
+            if self.stats.stop is None:
+                self.stats.stop = Stop(StopKind.FINISHED, "finished: no origin has work left")
+                await self.db.call(self.store.finish_run, self.run_id)
+            try:
+                self.strategy.close()
+            except StoreError:
+                raise
+            except Exception as exc:  # the strategy's bug: one line, exit status 1
+                text = f"internal error: strategy close(): {describe(exc)}"
+                self.stats.stop = Stop(StopKind.INTERNAL_ERROR, text)
+            await self.db.flush()  # what the strategy saved
+        finally:
+            self.db.close()
         if self.on_progress:
             self.on_progress(self.stats)
         return self.stats
@@ -130,8 +152,7 @@ class Crawler:
             self.stats.stop = Stop(kind, text)
         self.turns.stop()
 
-    def _add_crawler(self, origin: str, taken_over: bool = False) -> None:
-        state = self.store.load_origin(origin)
+    def _add_crawler(self, origin: str, state: OriginState, taken_over: bool = False) -> None:
         traps, rules = self.config.traps, self.config.politeness
         crawler = OriginCrawler(origin, state, patience=rules.patience, shapes=ShapeBudget(
             traps.max_actions_per_shape, traps.shape_depth_slack))
@@ -157,8 +178,8 @@ class Crawler:
             if self.fleet is not None:
                 self.fleet.new_origin(origin)  # crawled by its partition's owner
             else:
-                self.store.add_origins([origin])
-                self._add_crawler(origin)
+                self.db.add_origins([origin])
+                self._add_crawler(origin, self.db.wait(self.store.load_origin, origin))
 
     # -- one turn of one origin ----------------------------------------------------------
     async def _turn(self, crawler: OriginCrawler) -> float | None:
@@ -166,16 +187,16 @@ class Crawler:
         that ended early first gives up the URLs it has left, a todo list a turn)."""
         at = await self._step(crawler)
         if at is None and crawler.ending and not self.turns.stopping:
-            return self._give_up(crawler)
+            return await self._give_up(crawler)
         return at
 
-    def _give_up(self, crawler: OriginCrawler) -> float | None:
+    async def _give_up(self, crawler: OriginCrawler) -> float | None:
         """Record a batch of the URLs an origin given up has left (ORIGIN_GIVEN_UP, no budget)."""
-        left = crawler.todo or self.store.take_todo(
+        left = crawler.todo or await self.db.take_todo(
             crawler.origin, self.run_id, max(1, self.strategy.todo_batch), self.due_time())
         crawler.todo = []
         for action in outcome.given_up(left, crawler, clock.now()):
-            self._record(crawler, action, budgeted=False)
+            await self._record(crawler, action, budgeted=False)
         return time.monotonic() if left else None
 
     async def _step(self, crawler: OriginCrawler) -> float | None:
@@ -183,8 +204,8 @@ class Crawler:
         if crawler.patience <= 0:
             crawler.ending = crawler.ending or Ending(EndKind.OUT_OF_PATIENCE, "out of patience")
             return None
-        if self.fleet is not None and not self.fleet.owns(crawler.origin):
-            return None  # its partition is being handed over (or our lease is in doubt)
+        if not self._owned(crawler):
+            return None
         if self.robots.due(crawler):
             if time.monotonic() < crawler.next_request_at:
                 return crawler.next_request_at
@@ -196,15 +217,19 @@ class Crawler:
             return None
         if crawler.origin not in self._opened:
             self._opened.add(crawler.origin)
-            self.store.add_links(self.links.opened(crawler.origin, list(crawler.state.sitemaps)))
-        candidate = self._next_candidate(crawler)
-        if candidate is None:
+            self.db.add_links(crawler.origin,
+                              self.links.opened(crawler.origin, list(crawler.state.sitemaps)))
+        candidate = await self._next_candidate(crawler)
+        if candidate is None or not self._owned(crawler):
             return None
         if time.monotonic() < crawler.next_request_at:
             crawler.todo.insert(0, candidate)
             return crawler.next_request_at
         action = await self._crawl(crawler, candidate)
-        self._record(crawler, action)
+        if action is None:
+            crawler.todo.insert(0, candidate)
+            return None
+        await self._record(crawler, action)
         if self.strategy.finished():
             self.stop(StopKind.GOAL, "the strategy reached its goal")
         return None if crawler.patience <= 0 else crawler.next_request_at
@@ -215,15 +240,20 @@ class Crawler:
         async with self.gate.request(origin_of(url)):
             return await self.fetcher.get(url, max_body=self.config.robots.max_size, truncate=True)
 
-    def _next_candidate(self, crawler: OriginCrawler) -> Candidate | None:
+    def _owned(self, crawler: OriginCrawler) -> bool:
+        """In a fleet: our lease on the origin's partition still holds (else the turn ends: the
+        partition is being handed over, or the lease is in doubt)."""
+        return self.fleet is None or self.fleet.owns(crawler.origin)
+
+    async def _next_candidate(self, crawler: OriginCrawler) -> Candidate | None:
         """The next URL to fetch: refill the todo list, log the ones policy or robots refuse."""
         while not self.turns.stopping:
             if self._stop_if_budget_spent():
                 return None
             if not crawler.todo:
                 batch = todo_batch(crawler, self.strategy.todo_batch, self.config.politeness)
-                crawler.todo = self.store.take_todo(crawler.origin, self.run_id, batch,
-                                                    self.due_time())
+                crawler.todo = await self.db.take_todo(crawler.origin, self.run_id, batch,
+                                                       self.due_time())
                 if not crawler.todo:
                     return None
             candidate = crawler.todo.pop(0)
@@ -233,7 +263,7 @@ class Crawler:
                 return candidate
             action = CrawlAction(candidate, crawler.origin, refused.exit_code, clock.now(),
                                  detail=refused.rule)
-            self._record(crawler, action)
+            await self._record(crawler, action)
         return None
 
     def due_time(self) -> float:
@@ -249,15 +279,18 @@ class Crawler:
         return False
 
     # -- one crawl action ----------------------------------------------------------------
-    async def _crawl(self, crawler: OriginCrawler, candidate: Candidate) -> CrawlAction:
-        """Fetch one URL (conditionally when its validators are known) and read the answer."""
+    async def _crawl(self, crawler: OriginCrawler, candidate: Candidate) -> CrawlAction | None:
+        """Fetch one URL (conditionally when its validators are known) and read the answer;
+        None: in a fleet, the origin's lease was lost while waiting at its gate."""
         action = CrawlAction(candidate, crawler.origin, ExitCode.OK, clock.now())
         started = time.monotonic()
-        self.stats.requests += 1
-        crawler.pages_this_run += 1
         result: outcome.Answer
         try:
             async with self.gate.request(crawler.origin):
+                if not self._owned(crawler):
+                    return None
+                self.stats.requests += 1
+                crawler.pages_this_run += 1
                 result = await self.fetcher.get(
                     candidate.url, headers=outcome.validators(candidate),
                     keep_alive=outcome.keeps_alive(crawler, self.config))
@@ -294,8 +327,8 @@ class Crawler:
         crawler.answered_in(result.elapsed)
         await self.content.read(action, reading, result)
 
-    def _record(self, crawler: OriginCrawler, action: CrawlAction, budgeted: bool = True
-                ) -> None:
+    async def _record(self, crawler: OriginCrawler, action: CrawlAction,
+                      budgeted: bool = True) -> None:
         """Settle the action, tell the strategy about errors, write it all in one transaction."""
         settled = outcome.settle(action, crawler, self.config)
         crawler.patience, crawler.ending = settled.patience, settled.ending
@@ -310,9 +343,9 @@ class Crawler:
         if settled.recrawl_interval is not None:
             action.recrawl_interval = settled.recrawl_interval
             action.next_due = action.started + settled.recrawl_interval
-        self.store.record(action, self.run_id)
-        if self.warc is not None and (failed := self.warc.keep(action)):
-            self.stop(StopKind.ARCHIVE_ERROR, failed)
+        await self.db.record(action, self.run_id)
+        if self.warc is not None:  # read back as written (the database thread's order)
+            self.db.later(self.warc.keep, action).add_done_callback(self._archived)
         self.strategy.domain_metadata.flush()
         self.stats.actions += budgeted  # ORIGIN_GIVEN_UP costs no --max-actions budget
         self.stats.exit_codes[str(action.exit_code)] += 1
@@ -326,15 +359,27 @@ class Crawler:
                                                      [o + "/" for o in origins])
             self.stats.origins_total = len(origins)
 
-    def take_over(self, origin: str) -> None:
+    async def take_over(self, origin: str) -> None:
         """An origin of our leases with work: crawl it (the last owner's request may be recent)."""
         if origin not in self.crawlers:
-            self._add_crawler(origin, taken_over=True)
+            self._add_crawler(origin, await self.db.load_origin(origin), taken_over=True)
 
     def fleet_finished(self) -> None:
         """The fleet has no work left: the loop ends when its turns do."""
         self._fleet_done = True
         self.turns.wake()
+
+    def _archived(self, done: asyncio.Future[str | None]) -> None:
+        """A crawl action's WARC records were written, or that failed: the crawl stops."""
+        exc = done.exception()
+        if isinstance(exc, Exception):
+            self._stop_for(None, exc)
+        elif (failed := done.result()) is not None:
+            self.stop(StopKind.ARCHIVE_ERROR, failed)
+
+    def _database_failed(self, exc: StoreError) -> None:
+        """The database thread gave up (the server stayed away past the limit): stop."""
+        self._loop.call_soon_threadsafe(self._stop_for, None, exc)
 
     async def _housekeeping(self) -> None:
         """Commit the writes group commit held back, and report progress twice a second."""
@@ -345,5 +390,5 @@ class Crawler:
                 reported = time.monotonic()
                 self.on_progress(self.stats)
             await asyncio.sleep(tick)
-            self.store.flush(self.config.commit_interval)  # a group open that long
+            self.db.flush_group(self.config.commit_interval)  # a group open that long
 

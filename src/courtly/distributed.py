@@ -3,9 +3,10 @@
 Registered domains hash into a fixed number of partitions. A worker leases its fair share of them
 (lease rows with an expiry renewed by a heartbeat) and crawls only the configured origins of the
 partitions it holds; links for other partitions are written to the database for their owner.
-The crawler polls `Worker.poll` every `interval` seconds and asks `Worker.owns` before each turn.
-docs/distributed.md explains the protocol, failover and the exit rule; `[fleet]` (config.py)
-its settings.
+`Worker.follow` polls (on the database thread) every `interval` seconds; the crawler asks
+`Worker.owns` before each turn and each request, and fences each write with `Worker.lease`.
+docs/distributed.md explains the protocol, fencing, failover and the exit rule.
+Configuration: the `[fleet]` section (lease_seconds, partitions, reconnect_seconds).
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ import xxhash
 
 from courtly.crawler import Crawler
 from courtly.scheduler import FOR_THE_RUN, OriginCrawler
-from courtly.stats import CrawlStats, StopKind
+from courtly.stats import CrawlStats
+from courtly.store.base import StoreError, Write
 from courtly.store.postgres import PostgresStore
+from courtly.store.thread import DatabaseThread
 from courtly.urls import host_of, registered_domain
 
 if TYPE_CHECKING:
@@ -87,11 +90,16 @@ class Worker:
         self.id = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:6]}"
         self.partitions = 0
         self.run = 0
+        # sets and dicts below are replaced, never changed in place: the database thread polls,
+        # the event loop reads them
         self.held: set[int] = set()  # leased and crawled
         self.releasing: set[int] = set()  # leased, being handed back (no new turns)
+        self.epochs: dict[int, int] = {}  # the epoch of each lease we hold or last held
         self.valid_until = 0.0  # monotonic: our leases are trusted until then
         self._part_cache: dict[str, int] = {}
         self._new_origins: set[str] = set()
+        self._unsaved_origins: list[str] = []  # new origins found, written at the next poll
+        self._share = 0  # this worker's fair share of the partitions, at the last poll
         self._busy: bool | None = None
         self._scope: list[str] | None = None
 
@@ -126,36 +134,68 @@ class Worker:
         """May this worker send a request to this origin now?"""
         return self.part(origin) in self.held and time.monotonic() < self.valid_until
 
+    def holds(self, origin: str) -> bool:
+        """Is a turn of this origin still covered by our lease (one being handed back still is:
+        its running turns finish; no new one starts)?"""
+        part = self.part(origin)
+        return (part in self.held or part in self.releasing) and (
+            time.monotonic() < self.valid_until)
+
+    def lease(self, origin: str) -> tuple[int, int]:
+        """The lease a write for this origin is fenced with: (partition, the epoch we hold or
+        last held; -1 if never: the database refuses it)."""
+        part = self.part(origin)
+        return part, self.epochs.get(part, -1)
+
+    def refused(self, writes: list[Write]) -> None:
+        """The database refused these writes (database thread): their leases are gone."""
+        parts = {w.lease[0] for w in writes if w.lease is not None}
+        log.warning("lost the leases of partitions %s: %d writes refused", sorted(parts),
+                    len(writes))
+        self.held = self.held - parts
+        self.releasing = self.releasing - parts
+
     def new_origin(self, origin: str) -> None:
-        """A link found a new origin within the scope: make it configured, for whoever owns it."""
+        """A link found a new origin within the scope: make it configured, for whoever owns it
+        (written at the next poll)."""
         if origin not in self._new_origins:
             self._new_origins.add(origin)
-            self.store.add_origins([origin])
+            self._unsaved_origins.append(origin)
 
     def poll(
-        self, active: Iterable[str], finished: Iterable[OriginCrawler], actions: int, due: float
+        self, active: Iterable[str], finished: Iterable[OriginCrawler], actions: int, due: float,
+        running: Iterable[str] = (),
     ) -> Plan:
         """Heartbeat, rebalance the leases, and say which origins to crawl (or that all is done).
 
-        `active`: origins with a live origin crawler; `finished`: crawlers that ended since the
+        `active`: origins with a live origin crawler, `running` those with a turn under way (a
+        partition is handed back once none of its origins has one); `finished`: crawlers that
+        ended since the
         last poll (those that gave up are finished for the run, fleet-wide).
         """
         store = self.store
         active = set(active)
         given_up = [c.origin for c in finished if self.owns(c.origin) and _gave_up(c)]
+        # the heartbeat first: nothing else of the poll (rows another worker may hold locked)
+        # delays the renewal
+        sent = time.monotonic()
+        renewed = dict(store.heartbeat(self.id, self.lease_seconds, actions))
+        held = set(renewed)
+        lost = (self.held | self.releasing) - held
+        if lost:
+            log.warning("lost the leases of partitions %s", sorted(lost))
+        self.epochs = {**self.epochs, **renewed}
+        self.held = self.held & held
+        self.releasing = self.releasing & held
+        self.valid_until = sent + self.lease_seconds * _SAFETY
+        found, self._unsaved_origins = self._unsaved_origins, []
+        if found:
+            store.add_origins(found)
         if given_up:
             log.info("finished for this run: %s", ", ".join(given_up))
             store.give_up(given_up, self.run)
         self._assign_partitions()
-        sent = time.monotonic()
-        held = set(store.heartbeat(self.id, self.lease_seconds, actions))
-        lost = (self.held | self.releasing) - held
-        if lost:
-            log.warning("lost the leases of partitions %s", sorted(lost))
-        self.held &= held
-        self.releasing &= held
-        self.valid_until = sent + self.lease_seconds * _SAFETY
-        self._rebalance(active, held)
+        self._rebalance(set(running), held)
         work = [o for o in store.origins_with_work(sorted(self.held), self.run, due)
                 if o not in active]
         busy = bool(active or work)
@@ -171,21 +211,33 @@ class Worker:
         return Plan(done=store.fleet_done(self.id, self.run, due), scope=changed)
 
     async def follow(self, crawl: Crawler) -> None:
-        """Hand the crawl the origins our leases give it, until the fleet is done."""
+        """Hand the crawl the origins our leases give it, until the fleet is done; a turn of an
+        origin whose lease is lost or in doubt is cancelled (it never outlives the lease)."""
+        polls = DatabaseThread(self.store)  # its own connection: writes never delay a renewal
+        try:
+            await self._follow(crawl, polls)
+        finally:
+            polls.close()
+
+    async def _follow(self, crawl: Crawler, polls: DatabaseThread) -> None:
         while not crawl.turns.stopping:
             finished = crawl.turns.forget_finished()
-            plan = self.poll(crawl.crawlers, finished, crawl.stats.actions, crawl.due_time())
+            plan = await polls.call(self.poll, list(crawl.crawlers), finished,
+                                    crawl.stats.actions, crawl.due_time(), crawl.turns.running())
             if plan.scope is not None:  # seeds were added
                 crawl.rescope(plan.scope)
             for origin in plan.origins:
-                crawl.take_over(origin)
+                await crawl.take_over(origin)
             if plan.done:
                 crawl.fleet_finished()
                 return
-            # poll again after the interval, or as soon as the last origin crawler finishes
+            # poll again after the interval (within a second when idle or while the shares
+            # move), or as soon as the last origin crawler finishes
             busy = bool(crawl.crawlers)
-            end = time.monotonic() + (self.interval if busy else min(self.interval, 1.0))
+            settled = busy and not self.releasing and len(self.held) >= self._share
+            end = time.monotonic() + (self.interval if settled else min(self.interval, 1.0))
             while time.monotonic() < end and not crawl.turns.stopping:
+                crawl.turns.revoke(self.holds)
                 if busy and all(c.finished for c in crawl.crawlers.values()):
                     break
                 await asyncio.sleep(0.02)
@@ -196,7 +248,7 @@ class Worker:
         if missing:
             self.store.set_partitions([(self.part(o), o) for o in missing])
 
-    def _rebalance(self, active: set[str], held: set[int]) -> None:
+    def _rebalance(self, running: set[str], held: set[int]) -> None:
         store = self.store
         live, local = store.fleet(self.host)
         check = self.settings.same_host_pid_check
@@ -205,25 +257,25 @@ class Worker:
             log.warning("workers %s on this host are gone; freeing their leases", dead)
             store.stop_workers(dead)
             live, _ = store.fleet(self.host)
-        share = math.ceil(self.partitions / max(1, live))
+        share = self._share = math.ceil(self.partitions / max(1, live))
         if len(held) > share:
-            extra = sorted(held, reverse=True)[: len(held) - share]
-            self.releasing = set(extra)
-            self.held = held - self.releasing
+            extra = set(sorted(held, reverse=True)[: len(held) - share])
+            self.held, self.releasing = held - extra, extra
         else:
-            self.held = set(held)
-            self.releasing = set()
+            self.held, self.releasing = set(held), set()
         if self.releasing:
             # hand back only partitions none of whose origins is still being crawled here
-            busy_parts = {self.part(o) for o in active}
+            busy_parts = {self.part(o) for o in running}
             free = sorted(self.releasing - busy_parts)
             store.release(self.id, free)
-            self.releasing -= set(free)
+            self.releasing = self.releasing - set(free)
         elif len(self.held) < share:
-            gained = store.acquire(self.id, self.run, share - len(self.held), self.lease_seconds)
+            gained = dict(store.acquire(self.id, self.run, share - len(self.held),
+                                        self.lease_seconds))
             if gained:
-                log.info("leased partitions %s", gained)
-                self.held |= set(gained)
+                log.info("leased partitions %s", sorted(gained))
+                self.epochs = {**self.epochs, **gained}
+                self.held = self.held | set(gained)
 
 
 def _gave_up(crawler: OriginCrawler) -> bool:
@@ -246,34 +298,32 @@ def run_worker(
     store: PostgresStore,
     config: CrawlConfig,
     strategy: CrawlingStrategy,
-    new_strategy: Callable[[], CrawlingStrategy],
     on_progress: Callable[[CrawlStats], None] | None = None,
     continuous: bool = False,
 ) -> CrawlStats:
-    """Run this process as one worker until the fleet is done, a signal, or the database is gone.
-
-    A connection lost between two statements is retried inside the store (with backoff); one
-    lost inside a transaction stops the crawl pass, which rolled back: the worker gives its
-    leases back and joins again, up to fleet.restarts times, then stops with the store's message.
-    """
-    restarts, most = 0, config.fleet.restarts
-    store.retry_seconds = config.fleet.reconnect_seconds
-    while True:
-        worker = Worker(store, config.fleet, continuous)
-        crawler = Crawler(config, store, strategy, on_progress=on_progress, fleet=worker)
+    """Run this process as one worker until the fleet is done, a signal, or the database is gone
+    for longer than `fleet.reconnect_seconds` (the database thread reconnects until then)."""
+    fleet = config.fleet
+    polls = PostgresStore(store.url, fleet.reconnect_seconds)  # the fleet's own connection
+    # a stopped or lost worker's open transaction holds its row locks this long at most
+    idle = max(0.1, min(5.0, fleet.lease_seconds / 4))
+    store.retry_seconds = fleet.reconnect_seconds
+    for each in (store, polls):
+        each.set_idle_timeout(idle)
+    worker = Worker(polls, fleet, continuous)
+    store.worker = worker.id
+    crawler = Crawler(config, store, strategy, on_progress=on_progress, fleet=worker)
+    try:
+        stats = asyncio.run(crawler.run())
+    finally:
         try:
-            stats = asyncio.run(crawler.run())
-        finally:
-            try:
-                worker.leave()
-            except Exception as exc:  # the database is gone: the leases will expire
-                log.warning("could not give the leases back: %s", exc)
-        lost = stats.stop is not None and stats.stop.kind is StopKind.CONNECTION_LOST
-        if not lost or restarts >= most:
-            return stats
-        restarts += 1
-        log.warning("%s; joining the crawl again (%d/%d)", stats.stop_reason, restarts, most)
-        strategy = new_strategy()
+            worker.leave()
+        except StoreError as exc:  # the database is gone: the leases will expire
+            log.warning("could not give the leases back: %s", exc)
+        polls.close()
+    log.info("database: %d statements in %d round trips for %d crawl actions",
+             store.statements, store.round_trips, stats.actions)
+    return stats
 
 
 def print_fleet(fleet: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection
 from courtly.config import Normalize
 from courtly.model import Candidate, CrawlAction, Link, LinkState
 from courtly.policy import Policy
-from courtly.store import Store
+from courtly.store.database import Database
 from courtly.strategy import CrawlingStrategy, Request, breadth_first_score
 from courtly.urls import normalize, origin_of
 
@@ -29,11 +29,11 @@ class Links:
     """Turns what a crawl action found into the links it records, through the strategy."""
 
     def __init__(
-        self, strategy: CrawlingStrategy, store: Store, policy: Policy, rules: Normalize,
+        self, strategy: CrawlingStrategy, db: Database, policy: Policy, rules: Normalize,
         admit: Admit,
     ) -> None:
         self.strategy = strategy
-        self.store = store
+        self.db = db
         self.policy = policy  # replaced when the configured origins change (fleet)
         self.rules = rules
         self.admit = admit
@@ -44,23 +44,33 @@ class Links:
         self.strategy.origin_opened(origin, sitemaps)
         return self.scheduled()
 
-    def page(self, action: CrawlAction, links: list[tuple[str, str]]) -> None:
+    def wanted(self, action: CrawlAction, links: list[tuple[str, str]]
+               ) -> tuple[list[str], float] | None:
+        """The URLs of a page's links whose states `page` needs, and their score (read with the
+        page's other look-ups: Store.page_lookups); None: the strategy's handlers decide."""
+        if not self.base_handlers:
+            return None
+        in_scope = self.policy.in_scope
+        return ([url for url, _ in links if in_scope(url)],
+                breadth_first_score(action.candidate.depth + 1))
+
+    def page(self, action: CrawlAction, links: list[tuple[str, str]],
+             unsettled: list[str] | None) -> None:
         """A page's links (normalized, with their anchor text) in scope, through the strategy.
 
         A strategy with the base class's link handlers gets their result without the objects:
-        the links never crawled, with `breadth_first_score` (no per-link Request and Scheduled),
-        less those already candidates with at least that score (their upsert would change
-        nothing, and their origin has its crawler since they were added).
+        `unsettled`, the links never crawled (`wanted`, less those already candidates with at
+        least that score: their upsert would change nothing, and their origin has its crawler
+        since they were added), with `breadth_first_score` (no per-link Request and Scheduled).
         """
         depth = action.candidate.depth + 1
-        in_scope = self.policy.in_scope
-        if not self.base_handlers:
+        if unsettled is None:
+            in_scope = self.policy.in_scope
             found = [Request(url, depth, meta={"anchor": text})
                      for url, text in links if in_scope(url)]
             self.found(action, found, vetted=True)
             return
         score = breadth_first_score(depth)
-        unsettled = self.store.unsettled([url for url, _ in links if in_scope(url)], score)
         action.links.extend(self.scheduled())  # what page_crawled scheduled, if anything
         action.links.extend(self._link(url, depth, score) for url in unsettled)
 

@@ -29,7 +29,7 @@ from courtly.scheduler import (
     delay_for,
     pause,
 )
-from courtly.store import Store
+from courtly.store.database import Database
 from courtly.urls import normalize
 
 log = logging.getLogger("courtly")
@@ -83,10 +83,10 @@ class RobotsChase:
 class RobotsCache:
     """Keeps each origin crawler's robots.txt rules current (crawler.robots, robots_expires)."""
 
-    def __init__(self, config: CrawlConfig, store: Store) -> None:
+    def __init__(self, config: CrawlConfig, db: Database) -> None:
         self.config = config
         self.rules = config.robots
-        self.store = store
+        self.db = db
         #: (status, body) → its rules, least recently used first (many sites share one file)
         self._known: OrderedDict[tuple[int, bytes], tuple[bytes, RobotsRules]] = OrderedDict()
 
@@ -168,7 +168,7 @@ class RobotsCache:
                 level, seconds = backoff(crawler, None, self.config.politeness, now,
                                          backoff_jitter())
                 pause(crawler, level, seconds, now)
-            self.store.save_origin(state)
+            self.db.save_origin(state)
             return
         body, crawler.robots = self._shared(status, body)
         crawler.robots_expires = time.monotonic() + rules.expiry
@@ -177,4 +177,4 @@ class RobotsCache:
         state.robots_fetched = clock.now()
         state.crawl_delay = crawler.robots.crawl_delay
         state.sitemaps = list(crawler.robots.sitemaps)
-        self.store.save_origin(state)
+        self.db.save_origin(state)

@@ -197,6 +197,8 @@ class Turns:
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running: dict[str, asyncio.Task[None]] = {}  # origin → its turn
+        self._revoked: set[str] = set()  # origins whose turn was cancelled by `revoke`
 
     @property
     def stopping(self) -> bool:
@@ -229,6 +231,18 @@ class Turns:
         for crawler in finished:
             del self.crawlers[crawler.origin]
         return finished
+
+    def running(self) -> list[str]:
+        """The origins whose turn is under way."""
+        return list(self._running)
+
+    def revoke(self, keep: Callable[[str], bool]) -> None:
+        """Cancel the running turns of the origins `keep` says no to (a fleet's lost lease): the
+        URL in flight is not recorded, and the origin is finished here."""
+        for origin, task in list(self._running.items()):
+            if origin not in self._revoked and not keep(origin):
+                self._revoked.add(origin)
+                task.cancel()
 
     def wake(self) -> None:
         """Look again: the loop may end (or an origin has come)."""
@@ -283,6 +297,7 @@ class Turns:
             if gate is not None:
                 gate.busy = True
             task = loop.create_task(self._run(crawler))
+            self._running[crawler.origin] = task
             self._tasks.add(task)
             task.add_done_callback(self._done)
 
@@ -304,9 +319,16 @@ class Turns:
             except Exception as exc:  # the crawl decides what stops; the origin is finished
                 self._failed(crawler, exc)
                 at = None
+            except asyncio.CancelledError:
+                if crawler.origin not in self._revoked:
+                    raise
+                log.info("%s: turn cancelled, its lease is lost", crawler.origin)
+                at = None
         finally:
             self._stats.in_flight -= 1
             self._slots.release()
+            self._running.pop(crawler.origin, None)
+            self._revoked.discard(crawler.origin)
         self._after_turn(crawler, at)
         self._wake.set()
 

@@ -22,7 +22,6 @@ from courtly.urls import origin_of
 
 if TYPE_CHECKING:
     from courtly.model import OriginState
-    from courtly.store.base import Store
 
 log = logging.getLogger("courtly.strategy")
 
@@ -99,6 +98,14 @@ class MemoryContext:
         self.metadata[origin] = json.loads(json.dumps(data))
 
 
+class StateStore(Protocol):
+    """What a StoreContext reads and writes: a Store, or the crawl loop's view of one."""
+
+    def states(self, urls: list[str]) -> dict[str, LinkState]: ...
+    def load_origin(self, origin: str) -> OriginState: ...
+    def save_origin(self, state: OriginState) -> None: ...
+
+
 class StoreContext:
     """A context backed by the crawl database.
 
@@ -107,7 +114,7 @@ class StoreContext:
     """
 
     def __init__(
-        self, store: Store, live_state: Callable[[str], OriginState | None] | None = None
+        self, store: StateStore, live_state: Callable[[str], OriginState | None] | None = None
     ) -> None:
         self.store = store
         self.live_state = live_state or (lambda origin: None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from courtly.model import (
@@ -21,7 +22,25 @@ class StoreError(Exception):
 
 
 class ConnectionLost(StoreError):
-    """The connection to a shared crawl database was lost (and could not be made again)."""
+    """The connection to a shared crawl database was lost; `final` once reconnecting has been
+    given up (the database stayed away past the limit)."""
+
+    def __init__(self, message: str, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
+
+
+@dataclass(slots=True)
+class Write:
+    """A queued write: a crawl action, or an origin's state, or links or origins found, with the
+    lease it is made under as (partition, epoch) (None: not fenced)."""
+
+    action: CrawlAction | None = None
+    run: int = 0
+    lease: tuple[int, int] | None = None
+    state: OriginState | None = None
+    links: list[Link] | None = None
+    origins: list[str] | None = None
 
 
 class Store(Protocol):
@@ -94,6 +113,14 @@ class Store(Protocol):
 
     def states(self, urls: list[str]) -> dict[str, LinkState]:
         """The link states of the known URLs among these (unknown URLs are absent)."""
+        ...
+
+    def page_lookups(
+        self, content_hash: str | None, signature: bytes | None, url: str,
+        min_similarity: float, links: list[str] | None, score: float,
+    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None]:
+        """find_hash (if content_hash), else find_similar (if signature), and unsettled (if
+        links), at once (PostgreSQL: one round trip)."""
         ...
 
     def unsettled(self, urls: list[str], score: float) -> list[str]:

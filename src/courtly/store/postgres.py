@@ -23,11 +23,14 @@ from urllib.parse import unquote
 import psycopg
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
 
+from courtly import dedup
 from courtly.config import FleetConfig
 from courtly.errors import one_line
-from courtly.store.base import ConnectionLost, StoreError
-from courtly.store.sql import TAKEABLE, SqlStore
+from courtly.model import LinkState
+from courtly.store.base import ConnectionLost, StoreError, Write
+from courtly.store.sql import SAME_HASH, TAKEABLE, SqlStore, state_after
 
 log = logging.getLogger("courtly")
 
@@ -45,6 +48,31 @@ def _work(retaken: str = "") -> str:
         + cond.format(c="c.", run="%(run)s", due="%(due)s", retaken=retaken) + ")"
         for cond in TAKEABLE
     ) + ")"
+
+
+#: the fence: first statement of every batch of writes; it locks the worker's lease rows FOR KEY
+#: SHARE (no other worker takes them before the batch commits: `acquire` selects FOR UPDATE SKIP
+#: LOCKED; the worker's own heartbeat, which changes no key, is not held up) and raises
+#: LEASE_LOST, which aborts the batch, unless each (partition, epoch) is still this worker's and
+#: unexpired
+LEASE_LOST = "CL001"
+_FENCE = f"""CREATE OR REPLACE FUNCTION courtly_fence(me TEXT, parts INTEGER[], epochs BIGINT[])
+RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE held INTEGER;
+BEGIN
+    SELECT COUNT(*) INTO held FROM (
+        SELECT 1 FROM leases l JOIN unnest(parts, epochs) AS f(part, epoch)
+            ON l.part = f.part AND l.epoch = f.epoch
+        WHERE l.worker = me AND l.expires > {NOW} FOR KEY SHARE OF l) AS valid;
+    IF held < cardinality(parts) THEN
+        RAISE EXCEPTION 'a lease of worker % expired or passed to another worker', me
+            USING ERRCODE = '{LEASE_LOST}';
+    END IF;
+END $$"""
+
+
+class LeaseLost(StoreError):
+    """A batch of writes was refused: one of its leases expired or passed to another worker."""
 
 
 def split_url(url: str) -> tuple[str, str | None]:
@@ -120,7 +148,12 @@ class PostgresSql(SqlStore):
         self.retry_seconds = retry_seconds
         self._conn: psycopg.Connection[Any] | None = None
         self._in_tx = False
+        self._idle_ms = 5000  # idle_in_transaction_session_timeout
+        self._piped = False  # statements are being queued in pipeline mode (write_batch)
         self._sql_cache: dict[str, str] = {}
+        #: statements sent and round trips waited for (bench/distributed_bench.py reports them)
+        self.statements = 0
+        self.round_trips = 0
         self._app_name: dict[str, Any] = {} if "application_name" in self._conninfo else {
             "application_name": f"courtly:{self.schema or ''}"}
         self._connect(first=True)
@@ -144,6 +177,8 @@ class PostgresSql(SqlStore):
                     conn.execute(
                         pgsql.SQL("SET search_path TO {}").format(pgsql.Identifier(self.schema))
                     )
+                # a frozen or lost worker must not hold its locks for long (docs/distributed.md)
+                conn.execute(f"SET idle_in_transaction_session_timeout = {self._idle_ms}")
                 self._conn = conn
                 return conn
             except psycopg.Error as exc:
@@ -153,11 +188,25 @@ class PostgresSql(SqlStore):
                             f"cannot connect to {self.path}: {one_line(exc)}") from None
                     raise ConnectionLost(
                         f"lost the connection to {self.path} (retried for "
-                        f"{self.retry_seconds:.0f}s): {one_line(exc)}") from None
+                        f"{self.retry_seconds:.0f}s): {one_line(exc)}", final=True) from None
                 log.warning("database %s unreachable, retrying in %.1fs: %s",
                             self.path, pause, one_line(exc))
                 time.sleep(pause)
-                pause = min(pause * 2, 8.0)
+                pause = min(pause * 2, 2.0)  # back within 2 s of the server
+
+    def set_idle_timeout(self, seconds: float) -> None:
+        """How long the server lets this session idle inside a transaction (a stopped worker's
+        locks go with it); kept across reconnections."""
+        self._idle_ms = max(1, int(seconds * 1000))
+        self._px(f"SET idle_in_transaction_session_timeout = {self._idle_ms}")
+
+    def reconnect(self) -> None:
+        """Drop the connection and connect again (with backoff; ConnectionLost past the limit)."""
+        if self._conn is not None:
+            with suppress(psycopg.Error):
+                self._conn.close()
+        self._conn = None
+        self._live()
 
     def _live(self) -> psycopg.Connection[Any]:
         conn = self._conn
@@ -172,20 +221,25 @@ class PostgresSql(SqlStore):
             out = self._sql_cache[sql] = sql.replace("%", "%%").replace("?", "%s")
         return out
 
-    def _retrying(self, run: Any) -> Any:
-        """Run a statement; outside a transaction a lost connection is reconnected and retried."""
+    def _retrying(self, run: Any, statements: int = 1) -> Any:
+        """Run a statement; outside a transaction a lost connection is reconnected and retried
+        (inside one it is ConnectionLost: the caller retries the whole transaction)."""
+        self.statements += statements
+        self.round_trips += not self._piped
         while True:
             conn = self._live()
             try:
                 return run(conn)
-            except psycopg.OperationalError as exc:
-                if self._in_tx or not conn.broken:
+            except psycopg.Error as exc:
+                if self._piped:
+                    raise  # write_batch tells a refused fence from the rest
+                if not isinstance(exc, psycopg.OperationalError) or not conn.broken:
                     raise _error(exc, self.path) from None
+                if self._in_tx:
+                    raise _lost(exc, self.path) from None
                 log.warning("database %s: connection lost (%s), reconnecting",
                             self.path, one_line(exc))
                 self._conn = None
-            except psycopg.Error as exc:
-                raise _error(exc, self.path) from None
 
     def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
         query = self._q(sql)
@@ -201,7 +255,7 @@ class PostgresSql(SqlStore):
             cur.executemany(query, rows)
             return max(0, cur.rowcount)
 
-        return self._retrying(run)  # type: ignore[no-any-return]
+        return self._retrying(run, len(rows))  # type: ignore[no-any-return]
 
     def _px(self, sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> Any:
         """Execute PostgreSQL-specific SQL with psycopg's own %s / %(name)s placeholders."""
@@ -228,10 +282,13 @@ class PostgresSql(SqlStore):
                     conn.execute("ROLLBACK")
             raise
         self._in_tx = False
+        self.statements += 1
+        self.round_trips += 1
         try:
             conn.execute("COMMIT")
         except psycopg.Error as exc:
-            raise _error(exc, self.path) from None
+            broken = isinstance(exc, psycopg.OperationalError) and conn.broken
+            raise (_lost if broken else _error)(exc, self.path) from None
 
     def _ddl(self, statement: str) -> str:
         return statement.replace("BIGSERIAL_PK", "BIGSERIAL PRIMARY KEY").replace(
@@ -243,6 +300,7 @@ class PostgresSql(SqlStore):
         with self._tx():
             self._px("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':courtly'))")
             super()._migrate()
+            self._retrying(lambda conn: conn.execute(_FENCE))  # no parameters: '%' is literal
 
     def close(self) -> None:
         """Close the connection."""
@@ -251,7 +309,131 @@ class PostgresSql(SqlStore):
 
 
 
-class PostgresStore(PostgresSql):
+class PostgresBatches(PostgresSql):
+    """Many crawl actions a round trip: write batches fenced by leases, a page's look-ups."""
+
+    def write_batch(self, writes: list[Write]) -> list[Write]:
+        """Write queued crawl actions and origin states in one transaction sent in one round trip
+        (pipeline mode), fenced by their leases; returns the writes refused (their lease was lost:
+        nothing of theirs is written)."""
+        refused: list[Write] = []
+        while writes:
+            leases = sorted({w.lease for w in writes if w.lease is not None})
+            try:
+                self._pipelined(writes, leases)
+                break
+            except LeaseLost:
+                valid = set(self.valid_leases(leases))
+                refused += [w for w in writes if w.lease is not None and w.lease not in valid]
+                writes = [w for w in writes if w.lease is None or w.lease in valid]
+        return refused
+
+    def _pipelined(self, writes: list[Write], leases: list[tuple[int, int]]) -> None:
+        conn = self._live()
+        self._in_tx = self._piped = True
+        failure: psycopg.Error | None = None
+        try:
+            with conn.pipeline():
+                try:
+                    conn.execute("BEGIN")
+                    if leases:
+                        conn.execute("SELECT courtly_fence(%s, %s, %s)",
+                                     (self.worker, [p for p, _ in leases], [e for _, e in leases]))
+                    for w in writes:
+                        self._write_rows(w)
+                    conn.execute("COMMIT")
+                except psycopg.Error as exc:  # the first error; the pipeline's end reports it too
+                    failure = exc
+        except psycopg.Error as exc:
+            failure = failure or exc
+        finally:
+            self._in_tx = self._piped = False
+        if failure is not None:
+            self.seen.clear()
+            if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+                with suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
+            if failure.sqlstate == LEASE_LOST:
+                raise LeaseLost(one_line(failure))
+            broken = isinstance(failure, psycopg.OperationalError) and conn.broken
+            raise (_lost if broken else _error)(failure, self.path)
+        self.statements += 2 + bool(leases)
+        self.round_trips += 1
+        for w in writes:
+            if w.action is not None:
+                self.seen.put(w.action.candidate.url, state_after(w.action))
+
+    def _write_rows(self, w: Write) -> None:
+        if w.action is not None:
+            self._record_rows(w.action, w.run)
+        elif w.state is not None:
+            self._upsert_origin(w.state)
+        if w.links:
+            self._insert_links(w.links)
+        if w.origins:
+            self.add_origins(w.origins)
+
+    def committed(self, writes: list[Write]) -> bool:
+        """Whether a batch whose COMMIT got no answer was committed (its first crawl action is
+        logged); a batch without one is safe to send again."""
+        first = next((w.action for w in writes if w.action is not None), None)
+        if first is None:
+            return False
+        row = self._px(
+            "SELECT 1 FROM crawl_log WHERE url = %s AND started = %s "
+            "AND worker IS NOT DISTINCT FROM %s LIMIT 1",
+            (first.candidate.url, first.started, self.worker)).fetchone()
+        return row is not None
+
+    def page_lookups(
+        self, content_hash: str | None, signature: bytes | None, url: str,
+        min_similarity: float, links: list[str] | None, score: float,
+    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None]:
+        """SqlStore.page_lookups in one statement, one round trip (a page sharing a band key
+        costs a second one: find_similar)."""
+        parts: list[str] = []
+        params: list[Any] = []
+        if content_hash is not None:
+            parts.append("(SELECT 'h', url, NULL::text, NULL::float8 FROM candidates WHERE "
+                         f"{self._q(SAME_HASH)} LIMIT 1)")
+            params += [content_hash, url]
+        keys = [] if signature is None else dedup.band_keys(signature)
+        if keys:
+            parts.append("(SELECT 'k', NULL, NULL, NULL FROM near_dup_keys "
+                         "WHERE key = ANY(%s) LIMIT 1)")
+            params.append(list(keys))
+        changing: list[str] = []
+        unknown: list[str] = []
+        if links is not None:
+            changing, unknown = self.seen.changing(links, score)
+            if unknown:
+                parts.append("(SELECT 's', url, state, score FROM candidates "
+                             "WHERE url = ANY(%s))")
+                params.append(unknown)
+        rows = self._px(" UNION ALL ".join(parts), params).fetchall() if parts else []
+        original = next((str(r[1]) for r in rows if r[0] == "h"), None)
+        similar = None
+        if original is None and signature is not None and any(r[0] == "k" for r in rows):
+            similar = self.find_similar(signature, url, min_similarity)
+        if links is None:
+            return original, similar, None
+        if unknown:
+            found: dict[str, LinkState] = {}
+            self._remember([r[1:] for r in rows if r[0] == "s"], found)
+            self._absent(unknown, found)
+            changing = self.seen.changing(changing, score)[0]
+        return original, similar, changing
+
+    def valid_leases(self, leases: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Which of these (partition, epoch) leases are still this worker's, unexpired."""
+        rows = self._px(
+            f"SELECT part, epoch FROM leases WHERE worker = %s AND expires > {NOW} "
+            "AND part = ANY(%s)", (self.worker, [p for p, _ in leases])).fetchall()
+        return [(int(p), int(e)) for p, e in rows if (int(p), int(e)) in leases]
+
+
+
+class PostgresStore(PostgresBatches):
     """Crawl database in PostgreSQL, shared by many workers on many machines: the fleet's runs,
     workers and leases besides the crawl."""
 
@@ -322,8 +504,13 @@ class PostgresStore(PostgresSql):
         ).fetchall()
         return int(row[0]), [(str(r[0]), int(r[1])) for r in local]
 
-    def heartbeat(self, worker: str, lease_seconds: float, actions: int) -> list[int]:
-        """Renew this worker's row and leases; returns the partitions it still holds."""
+    def heartbeat(
+        self, worker: str, lease_seconds: float, actions: int
+    ) -> list[tuple[int, int]]:
+        """Renew this worker's row and its unexpired leases; returns them (partition, epoch).
+
+        An expired lease is not renewed even if no other worker took it yet: it is taken again
+        (a new epoch), so that writes fenced by the old one are refused."""
         with self._tx():
             self._px(
                 f"UPDATE workers SET heartbeat = {NOW}, actions = %s, lease_seconds = %s "
@@ -331,18 +518,22 @@ class PostgresStore(PostgresSql):
                 (actions, lease_seconds, worker),
             )
             rows = self._px(
-                f"UPDATE leases SET expires = {NOW} + %s WHERE worker = %s RETURNING part",
+                f"UPDATE leases SET expires = {NOW} + %s WHERE worker = %s AND expires > {NOW} "
+                "RETURNING part, epoch",
                 (lease_seconds, worker),
             ).fetchall()
-        return sorted(int(r[0]) for r in rows)
+        return sorted((int(r[0]), int(r[1])) for r in rows)
 
     def set_busy(self, worker: str, busy: bool) -> None:
         """Say whether this worker has (or is about to take) work."""
         with self._tx():
             self._px("UPDATE workers SET busy = %s WHERE id = %s", (int(busy), worker))
 
-    def acquire(self, worker: str, run: int, limit: int, lease_seconds: float) -> list[int]:
-        """Lease up to `limit` free or expired partitions, and release their QUEUED URLs."""
+    def acquire(
+        self, worker: str, run: int, limit: int, lease_seconds: float
+    ) -> list[tuple[int, int]]:
+        """Lease up to `limit` free or expired partitions (each with a new epoch), and release
+        their QUEUED URLs; returns (partition, epoch) pairs."""
         if limit <= 0:
             return []
         with self._tx():
@@ -352,11 +543,13 @@ class PostgresStore(PostgresSql):
                 (limit,),
             ).fetchall()
             parts = [int(r[0]) for r in rows]
+            taken: list[tuple[int, int]] = []
             if parts:
-                self._px(
-                    f"UPDATE leases SET worker = %s, expires = {NOW} + %s WHERE part = ANY(%s)",
+                taken = [(int(p), int(e)) for p, e in self._px(
+                    f"UPDATE leases SET worker = %s, expires = {NOW} + %s, epoch = epoch + 1 "
+                    "WHERE part = ANY(%s) RETURNING part, epoch",
                     (worker, lease_seconds, parts),
-                )
+                ).fetchall()]
                 # the previous owner's todo lists and in-flight URLs: taken again by us
                 self._px(
                     "UPDATE candidates SET taken_run = NULL WHERE state = 'QUEUED' "
@@ -364,7 +557,7 @@ class PostgresStore(PostgresSql):
                     "(SELECT origin FROM origins WHERE part = ANY(%s))",
                     (run, parts),
                 )
-        return parts
+        return sorted(taken)
 
     def release(self, worker: str, parts: list[int]) -> None:
         """Give partitions back (this worker has nothing in flight for them)."""
@@ -446,6 +639,11 @@ class PostgresStore(PostgresSql):
         data = super().stats()
         data["fleet"] = self.fleet_stats()
         return data
+
+
+def _lost(exc: psycopg.Error, where: str) -> ConnectionLost:
+    """A connection that broke during a transaction: the caller sends it again."""
+    return ConnectionLost(f"lost the connection to {where}: {one_line(exc)}")
 
 
 def _error(exc: psycopg.Error, where: str) -> StoreError:

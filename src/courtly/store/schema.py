@@ -177,4 +177,10 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (url, fetched)
         )""",
     ],
+    # 10: fencing (docs/distributed.md): a lease's epoch grows each time a worker takes it; a
+    # worker's writes for a partition carry the epoch it holds, and the database refuses them once
+    # the lease expired or passed on
+    [
+        "ALTER TABLE leases ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0",
+    ],
 ]

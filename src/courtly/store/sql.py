@@ -46,6 +46,8 @@ _REVISITS = (
     "SELECT r.url, r.fetched, r.exchange, r.refers_to, r.refers_to_date, c.body "
     "FROM revisits r JOIN content c ON c.url = r.refers_to AND c.fetched = r.refers_to_date"
 )
+#: another crawled page with this content (parameters: the hash, the page's own URL)
+SAME_HASH = "content_hash = ? AND url <> ? AND exit_code = 'OK'"
 EXPORT_COLUMNS = (
     "url", "origin", "state", "exit_code", "http_status", "last_crawl", "next_due",
     "content_type", "content_length", "redirect_target", "canonical", "duplicate_of",
@@ -415,89 +417,95 @@ class SqlStore(SqlReads):
             raise
 
     def record(self, action: CrawlAction, run: int) -> None:
+        with self._write():
+            self._record_rows(action, run)
+        self.seen.put(action.candidate.url, state_after(action))
+
+    def _record_rows(self, action: CrawlAction, run: int) -> None:
+        """The statements of one crawl action (in the caller's transaction)."""
         c = action.candidate
         state = state_after(action)
-        with self._write():
+        self._x(
+            "INSERT INTO crawl_log (run, url, origin, started, elapsed, exit_code, "
+            "http_status, content_type, content_length, detail, worker) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run, c.url, action.origin, action.started, action.elapsed,
+             str(action.exit_code), action.http_status, action.content_type,
+             action.content_length, action.detail, self.worker),
+        )
+        if action.retry:
             self._x(
-                "INSERT INTO crawl_log (run, url, origin, started, elapsed, exit_code, "
-                "http_status, content_type, content_length, detail, worker) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run, c.url, action.origin, action.started, action.elapsed,
-                 str(action.exit_code), action.http_status, action.content_type,
-                 action.content_length, action.detail, self.worker),
+                "UPDATE candidates SET state = 'QUEUED', taken_run = NULL, "
+                "attempts = attempts + 1, exit_code = ?, http_status = ?, detail = ? "
+                "WHERE id = ?",
+                (str(action.exit_code), action.http_status, action.detail, c.id),
             )
-            if action.retry:
-                self._x(
-                    "UPDATE candidates SET state = 'QUEUED', taken_run = NULL, "
-                    "attempts = attempts + 1, exit_code = ?, http_status = ?, detail = ? "
-                    "WHERE id = ?",
-                    (str(action.exit_code), action.http_status, action.detail, c.id),
-                )
-            else:
-                self._x(
-                    "UPDATE candidates SET state = ?, taken_run = ?, attempts = 0, "
-                    "last_crawl = ?, next_due = ?, exit_code = ?, http_status = ?, "
-                    "etag = COALESCE(?, etag), last_modified = COALESCE(?, last_modified), "
-                    "content_hash = COALESCE(?, content_hash), content_type = ?, "
-                    "content_length = ?, redirect_target = ?, canonical = ?, duplicate_of = ?, "
-                    "detail = ?, recrawl_interval = ? WHERE id = ?",
-                    (str(state), run, action.started, action.next_due, str(action.exit_code),
-                     action.http_status, action.etag, action.last_modified,
-                     action.content_hash, action.content_type, action.content_length,
-                     action.redirect_target, action.canonical, action.duplicate_of,
-                     action.detail, action.recrawl_interval, c.id),
-                )
-            if action.near_signature is not None:
-                self._save_signature(c.id, action.near_signature, c.exit_code is not None,
-                                     action.exit_code == ExitCode.OK)
-            if action.redirect_target is not None and action.http_status is not None:
-                self._x(
-                    "INSERT INTO redirects (url, target, status, seen) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (url) DO UPDATE SET target = excluded.target, "
-                    "status = excluded.status, seen = excluded.seen",
-                    (c.url, action.redirect_target, action.http_status, action.started),
-                )
-            if action.content is not None and action.content_hash is not None:
-                self._keep(action)
-            elif action.revisit_of is not None and action.exchange is not None:
-                self._revisit(action, action.revisit_of)
-            if action.links:
-                self._insert_links(action.links)
-            if action.origin_state is not None:
-                self._upsert_origin(action.origin_state)
-        self.seen.put(c.url, state)
+        else:
+            self._x(
+                "UPDATE candidates SET state = ?, taken_run = ?, attempts = 0, "
+                "last_crawl = ?, next_due = ?, exit_code = ?, http_status = ?, "
+                "etag = COALESCE(?, etag), last_modified = COALESCE(?, last_modified), "
+                "content_hash = COALESCE(?, content_hash), content_type = ?, "
+                "content_length = ?, redirect_target = ?, canonical = ?, duplicate_of = ?, "
+                "detail = ?, recrawl_interval = ? WHERE id = ?",
+                (str(state), run, action.started, action.next_due, str(action.exit_code),
+                 action.http_status, action.etag, action.last_modified,
+                 action.content_hash, action.content_type, action.content_length,
+                 action.redirect_target, action.canonical, action.duplicate_of,
+                 action.detail, action.recrawl_interval, c.id),
+            )
+        if action.near_signature is not None:
+            self._save_signature(c.id, action.near_signature, c.exit_code is not None,
+                                 action.exit_code == ExitCode.OK)
+        if action.redirect_target is not None and action.http_status is not None:
+            self._x(
+                "INSERT INTO redirects (url, target, status, seen) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (url) DO UPDATE SET target = excluded.target, "
+                "status = excluded.status, seen = excluded.seen",
+                (c.url, action.redirect_target, action.http_status, action.started),
+            )
+        if action.content is not None and action.content_hash is not None:
+            self._keep(action)
+        elif action.revisit_of is not None and action.exchange is not None:
+            self._revisit(action, action.revisit_of)
+        if action.links:
+            self._insert_links(action.links)
+        if action.origin_state is not None:
+            self._upsert_origin(action.origin_state)
 
     def _keep(self, action: CrawlAction) -> None:
         """Keep a page's body and exchange; the same body kept before stays, and this response
-        is a revisit of it (in the caller's transaction)."""
-        url = action.candidate.url
-        changed = self._x(
+        is a revisit of it (in the caller's transaction; statements whose answers are not read,
+        so that PostgreSQL's batches send them without waiting)."""
+        url, started = action.candidate.url, action.started
+        self._x(
             "INSERT INTO content (url, content_hash, fetched, body, exchange) "
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (url) DO UPDATE SET "
             "content_hash = excluded.content_hash, fetched = excluded.fetched, "
             "body = excluded.body, exchange = excluded.exchange "
             "WHERE content.content_hash <> excluded.content_hash OR content.exchange IS NULL",
-            (url, action.content_hash, action.started, action.content, action.exchange),
-        ).rowcount
-        if not changed and action.exchange is not None:
-            self._revisit(action, url)
+            (url, action.content_hash, started, action.content, action.exchange),
+        )
+        if action.exchange is not None:  # the row kept is an older fetch: a revisit of it
+            self._x(
+                "INSERT INTO revisits (url, fetched, exchange, refers_to, refers_to_date) "
+                "SELECT ?, ?, ?, url, fetched FROM content WHERE url = ? AND fetched <> ? "
+                "ON CONFLICT DO NOTHING",
+                (url, started, action.exchange, url, started),
+            )
 
     def _revisit(self, action: CrawlAction, original: str) -> None:
         """Record a response as a revisit of the page kept for `original`, or of what that URL's
         last revisit refers to (a 304 of a duplicate); neither: there is nothing to refer to."""
-        row = (action.candidate.url, action.started, action.exchange)
-        added = self._x(
+        self._x(
             "INSERT INTO revisits (url, fetched, exchange, refers_to, refers_to_date) "
-            "SELECT ?, ?, ?, url, fetched FROM content WHERE url = ? ON CONFLICT DO NOTHING",
-            (*row, original),
-        ).rowcount
-        if not added:
-            self._x(
-                "INSERT INTO revisits (url, fetched, exchange, refers_to, refers_to_date) "
-                "SELECT ?, ?, ?, refers_to, refers_to_date FROM revisits WHERE url = ? "
-                "ORDER BY fetched DESC LIMIT 1 ON CONFLICT DO NOTHING",
-                (*row, original),
-            )
+            "SELECT ?, ?, ?, refers_to, refers_to_date FROM ("
+            "SELECT url AS refers_to, fetched AS refers_to_date, 0 AS pick FROM content "
+            "WHERE url = ? UNION ALL SELECT * FROM (SELECT refers_to, refers_to_date, 1 AS pick "
+            "FROM revisits WHERE url = ? ORDER BY fetched DESC LIMIT 1) AS last"
+            ") AS found WHERE 1 = 1 ORDER BY pick LIMIT 1 ON CONFLICT DO NOTHING",
+            (action.candidate.url, action.started, action.exchange, original, original),
+        )
 
     @functools.cached_property
     def _crowded(self) -> dict[bytes, frozenset[int]]:
@@ -581,6 +589,19 @@ class SqlStore(SqlReads):
         self._read_states(unknown)  # the cache now knows them
         return self.seen.changing(changing, score)[0]
 
+    def page_lookups(
+        self, content_hash: str | None, signature: bytes | None, url: str,
+        min_similarity: float, links: list[str] | None, score: float,
+    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None]:
+        """What a page's handling asks the database, at once: another URL with its exact
+        content (if content_hash), else a near-duplicate (if signature), and which of its links
+        are unsettled at this score (if links)."""
+        original = None if content_hash is None else self.find_hash(content_hash, url)
+        similar = None
+        if original is None and signature is not None:
+            similar = self.find_similar(signature, url, min_similarity)
+        return original, similar, None if links is None else self.unsettled(links, score)
+
     def _read_states(self, missing: list[str]) -> dict[str, LinkState]:
         """The database's states of URLs the seen cache does not know; the cache records them
         (and the absent ones)."""
@@ -591,19 +612,27 @@ class SqlStore(SqlReads):
             found = self._x(
                 f"SELECT url, state, score FROM candidates WHERE url IN ({marks})", chunk
             ).fetchall()
-            try:
-                for url, state, score in found:
-                    known = out[str(url)] = LinkState(state)
-                    self.seen.put(str(url), known, float(score))
-            except (TypeError, ValueError):
-                for url, state, score in found:  # name the damaged row
-                    self._cell("candidates", "state", str(url), LinkState, state)
-                    self._cell("candidates", "score", str(url), float, score)
-                raise
+            self._remember(found, out)
+        self._absent(missing, out)
+        return out
+
+    def _remember(self, found: list[Any], out: dict[str, LinkState]) -> None:
+        """(url, state, score) rows read from candidates: into out, and the seen cache."""
+        try:
+            for url, state, score in found:
+                known = out[str(url)] = LinkState(state)
+                self.seen.put(str(url), known, float(score))
+        except (TypeError, ValueError):
+            for url, state, score in found:  # name the damaged row
+                self._cell("candidates", "state", str(url), LinkState, state)
+                self._cell("candidates", "score", str(url), float, score)
+            raise
+
+    def _absent(self, missing: list[str], out: dict[str, LinkState]) -> None:
+        """The URLs asked for and not found: the seen cache knows they are not candidates."""
         for url in missing:
             if url not in out:
                 self.seen.absent(url)
-        return out
 
     def redirect_chain(self, url: str, limit: int) -> int:
         """How many recorded redirects lead to url (walked backwards, at most limit + 1)."""
@@ -618,11 +647,8 @@ class SqlStore(SqlReads):
         return hops
 
     def find_hash(self, content_hash: str, url: str) -> str | None:
-        row = self._x(
-            "SELECT url FROM candidates WHERE content_hash = ? AND url <> ? "
-            "AND exit_code = 'OK' LIMIT 1",
-            (content_hash, url),
-        ).fetchone()
+        row = self._x(f"SELECT url FROM candidates WHERE {SAME_HASH} LIMIT 1",
+                      (content_hash, url)).fetchone()
         return None if row is None else str(row[0])
 
     # -- per-origin state ----------------------------------------------------------------

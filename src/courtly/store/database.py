@@ -1,0 +1,172 @@
+"""The crawl database as the crawl loop uses it: reads are awaited, writes are queued.
+
+On SQLite every call runs at once (in-process, microseconds; group commit batches the writes). On
+PostgreSQL a DatabaseThread (thread.py) runs them, so the event loop never waits on the server:
+reads are awaited, writes are queued and sent in batches, each fenced by the lease of the
+partition it is for (`fence(origin)`, given by the fleet; docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from courtly.model import Candidate, CrawlAction, Link, LinkState, OriginState
+from courtly.store.base import Store, StoreError, Write
+
+if TYPE_CHECKING:
+    from courtly.store.thread import DatabaseThread
+
+T = TypeVar("T")
+#: the lease a write for an origin is made under: (partition, epoch), or None (not fenced)
+Fence = Callable[[str], "tuple[int, int] | None"]
+
+
+def _unfenced(origin: str) -> None:
+    return None
+
+
+class Database:
+    """A Store for an event loop (see the module's docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        fence: Fence = _unfenced,
+        on_refused: Callable[[list[Write]], None] | None = None,
+        on_failure: Callable[[StoreError], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.fence = fence
+        self.thread: DatabaseThread | None = None
+        if store.shared:  # PostgreSQL (imported only then: psycopg is slow to import)
+            from courtly.store.postgres import PostgresStore
+            from courtly.store.thread import DatabaseThread
+
+            assert isinstance(store, PostgresStore)
+            self.thread = DatabaseThread(store, on_refused, on_failure)
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args), a function of the store: on the database thread if there is one."""
+        if self.thread is None:
+            return fn(*args)
+        return await self.thread.call(fn, *args)
+
+    def later(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """fn(*args) after every write queued so far (at once on SQLite); its future."""
+        if self.thread is not None:
+            return self.thread.later(fn, *args)
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        try:
+            future.set_result(fn(*args))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+    def wait(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args), blocking the caller (start-up, a strategy's own reads)."""
+        return fn(*args) if self.thread is None else self.thread.wait(fn, *args)
+
+    # -- reads ---------------------------------------------------------------------------
+    async def take_todo(self, origin: str, run: int, limit: int, now: float) -> list[Candidate]:
+        """Store.take_todo."""
+        return await self.call(self.store.take_todo, origin, run, limit, now)
+
+    async def load_origin(self, origin: str) -> OriginState:
+        """Store.load_origin."""
+        return await self.call(self.store.load_origin, origin)
+
+    async def page_lookups(
+        self, content_hash: str | None, signature: bytes | None, url: str,
+        min_similarity: float, links: list[str] | None, score: float,
+    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None]:
+        """SqlStore.page_lookups."""
+        return await self.call(self.store.page_lookups, content_hash, signature, url,
+                               min_similarity, links, score)
+
+    async def redirect_chain(self, url: str, limit: int) -> int:
+        """Store.redirect_chain."""
+        return await self.call(self.store.redirect_chain, url, limit)
+
+    # -- writes --------------------------------------------------------------------------
+    async def record(self, action: CrawlAction, run: int) -> None:
+        """Store.record; on PostgreSQL queued under the lease of the action's origin, and
+        awaited: an origin has at most one crawl action fetched and not yet written (the loop
+        goes on with the other origins meanwhile)."""
+        if self.thread is None:
+            self.store.record(action, run)
+            return
+        if action.origin_state is not None:
+            action.origin_state = _snapshot(action.origin_state)
+        self.thread.write(Write(action, run, self.fence(action.origin)))
+        await self.thread.flush()
+
+    def save_origin(self, state: OriginState) -> None:
+        """Store.save_origin; queued on PostgreSQL, under the lease of the origin."""
+        if self.thread is None:
+            self.store.save_origin(state)
+        else:
+            self.thread.write(Write(lease=self.fence(state.origin), state=_snapshot(state)))
+
+    def add_links(self, origin: str, links: list[Link]) -> None:
+        """Store.add_links, for links found while crawling `origin` (under its lease)."""
+        if not links:
+            return
+        if self.thread is None:
+            self.store.add_links(links)
+        else:
+            self.thread.write(Write(lease=self.fence(origin), links=links))
+
+    def add_origins(self, origins: list[str]) -> None:
+        """Store.add_origins (not fenced: a configured origin is the whole fleet's)."""
+        if self.thread is None:
+            self.store.add_origins(origins)
+        else:
+            self.thread.write(Write(origins=origins))
+
+    def flush_group(self, age: float) -> None:
+        """SQLite's group commit: commit writes held back at least `age` seconds."""
+        if self.thread is None:
+            self.store.flush(age)
+
+    async def flush(self) -> None:
+        """Every write so far committed."""
+        if self.thread is None:
+            self.store.flush()
+        else:
+            await self.thread.flush()
+
+    def close(self) -> None:
+        """Stop the database thread (after what is queued); the store stays open."""
+        if self.thread is not None:
+            self.thread.close()
+
+
+def _snapshot(state: OriginState) -> OriginState:
+    """A copy of an origin's state for the database thread (the loop goes on changing it)."""
+    return dataclasses.replace(state, sitemaps=list(state.sitemaps),
+                               metadata=copy.deepcopy(state.metadata))
+
+
+class StrategyStore:
+    """What a crawling strategy reads and writes (strategy.StoreContext), synchronously: its reads
+    wait for the database thread (a custom strategy's state look-ups block the loop), its
+    writes are queued."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def states(self, urls: list[str]) -> dict[str, LinkState]:
+        """Store.states."""
+        return self.db.wait(self.db.store.states, urls)
+
+    def load_origin(self, origin: str) -> OriginState:
+        """Store.load_origin."""
+        return self.db.wait(self.db.store.load_origin, origin)
+
+    def save_origin(self, state: OriginState) -> None:
+        """Store.save_origin (queued)."""
+        self.db.save_origin(state)

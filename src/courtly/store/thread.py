@@ -1,0 +1,200 @@
+"""The database thread: PostgreSQL's work off the event loop (docs/distributed.md).
+
+One thread owns the PostgreSQL connection. The event loop hands it calls (reads, the fleet's
+heartbeat) and awaits them without blocking, and queues writes without waiting at all. Each time
+the thread wakes it takes everything queued: the writes first, all in one transaction sent in one
+round trip (`PostgresStore.write_batch`, fenced by their leases), then the calls, in order (so a
+read sees every write queued before it). A connection lost on the way is reconnected here, with
+backoff, for up to the store's retry limit, and the work is sent again; past the limit every
+waiting call, and `on_failure`, get the one-line error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from courtly.errors import describe
+from courtly.store.base import ConnectionLost, StoreError, Write
+from courtly.store.postgres import PostgresStore
+
+log = logging.getLogger("courtly")
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Call:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    loop: asyncio.AbstractEventLoop | None  # None: a thread waits on a concurrent future
+    future: asyncio.Future[Any] | concurrent.futures.Future[Any]
+
+
+def _nothing() -> None:
+    return None
+
+
+class DatabaseThread:
+    """The thread that runs a PostgresStore for an event loop."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        on_refused: Callable[[list[Write]], None] | None = None,
+        on_failure: Callable[[StoreError], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.on_refused = on_refused  # writes the database refused (a lease was lost): thread
+        self.on_failure = on_failure  # the database is gone for good: called in the thread
+        self.failed: StoreError | None = None
+        self._jobs: deque[_Call | Write] = deque()
+        self._ready = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._main, name="courtly-database", daemon=True)
+        self._thread.start()
+
+    # -- what the event loop calls -----------------------------------------------------------
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run fn(*args) on the database thread; the loop awaits the result."""
+        return await self.later(fn, *args)
+
+    def later(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Queue fn(*args) now (after the writes queued so far); the future of its result."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._put(_Call(fn, args, loop, future))
+        return future
+
+    def wait(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run fn(*args) on the database thread and block until it is done (synchronous callers:
+        start-up, a strategy's own reads)."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._put(_Call(fn, args, None, future))
+        return future.result()
+
+    def write(self, write: Write) -> None:
+        """Queue a write; it is sent with the others queued by the time the thread wakes."""
+        if self.failed is not None:
+            raise self.failed
+        self._put(write)
+
+    async def flush(self) -> None:
+        """Wait until every write queued so far is committed (or refused)."""
+        await self.call(_nothing)
+
+    def close(self) -> None:
+        """Finish what is queued, then stop the thread (the store stays open)."""
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
+        self._thread.join()
+
+    def _put(self, job: _Call | Write) -> None:
+        with self._ready:
+            if self._closing:
+                raise StoreError(f"the database thread of {self.store.path} is closed")
+            self._jobs.append(job)
+            self._ready.notify()
+
+    # -- the thread --------------------------------------------------------------------------
+    def _main(self) -> None:
+        while True:
+            with self._ready:
+                while not self._jobs and not self._closing:
+                    self._ready.wait()
+                if not self._jobs:
+                    return
+                jobs = list(self._jobs)
+                self._jobs.clear()
+            writes = [j for j in jobs if isinstance(j, Write)]
+            if writes and self.failed is None:
+                try:
+                    refused = self._write(writes)
+                except StoreError as exc:
+                    self._fail(exc)
+                except Exception as exc:  # a bug: stop the crawl rather than wait forever
+                    self._fail(StoreError(f"internal error writing to {self.store.path}: "
+                                          f"{describe(exc)}"))
+                else:
+                    if refused and self.on_refused is not None:
+                        self.on_refused(refused)
+            settled: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, Any]]] = {}
+            for job in jobs:
+                if isinstance(job, _Call):
+                    self._run(job, settled)
+            for loop, items in settled.items():  # one wake-up of each loop per batch
+                with suppress(RuntimeError):  # that loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(_settle_all, items)
+
+    def _write(self, writes: list[Write]) -> list[Write]:
+        """write_batch, sent again after a lost connection unless it had committed (the
+        answer to its COMMIT may be what was lost): no crawl action is logged twice."""
+        unsure = False
+        while True:
+            try:
+                if unsure and self.store.committed(writes):
+                    return []
+                return self.store.write_batch(writes)
+            except ConnectionLost as exc:
+                if exc.final:
+                    raise
+                log.warning("database %s: %s; reconnecting", self.store.path, exc)
+                self.store.reconnect()
+                unsure = True
+
+    def _retrying(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args); a connection lost in the middle is reconnected and fn runs again."""
+        while True:
+            try:
+                return fn(*args)
+            except ConnectionLost as exc:
+                if exc.final:
+                    raise
+                log.warning("database %s: %s; reconnecting", self.store.path, exc)
+                self.store.reconnect()
+
+    def _run(self, call: _Call,
+             settled: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, Any]]]) -> None:
+        result: Any = None
+        error: BaseException | None = self.failed
+        if error is None:
+            try:
+                result = self._retrying(call.fn, *call.args)
+            except ConnectionLost as exc:
+                self._fail(exc)
+                error = exc
+            except BaseException as exc:  # the caller's to handle (StoreError, a bug)
+                error = exc
+        if call.loop is None:
+            assert isinstance(call.future, concurrent.futures.Future)
+            if error is None:
+                call.future.set_result(result)
+            else:
+                call.future.set_exception(error)
+        else:
+            settled.setdefault(call.loop, []).append((call.future, result, error))
+
+    def _fail(self, exc: StoreError) -> None:
+        if self.failed is None:
+            self.failed = exc
+            log.error("database error: %s", exc)
+            if self.on_failure is not None:
+                self.on_failure(exc)
+
+
+def _settle_all(items: list[tuple[Any, Any, BaseException | None]]) -> None:
+    for future, result, error in items:
+        if future.cancelled():
+            continue
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
