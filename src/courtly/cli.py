@@ -11,7 +11,7 @@ import os
 import sqlite3
 import ssl
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
@@ -24,6 +24,8 @@ from courtly.store import Store, StoreError, open_store
 from courtly.store.sqlite import read_only
 
 if TYPE_CHECKING:
+    from courtly.crawler import Crawler
+    from courtly.stats import CrawlStats
     from courtly.store.postgres import PostgresStore
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -73,6 +75,10 @@ def crawl_options(func: F) -> F:
         ),
         click.option("--warc", "warc_dir", type=click.Path(file_okay=False),
                      help="Write the kept pages as WARC files (and their CDXJ index) here."),
+        click.option(
+            "--serve", metavar="[HOST:]PORT",
+            help="Serve the live view (page, JSON, /metrics) while crawling (HOST: 127.0.0.1).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -236,14 +242,14 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
     if store.shared:  # a worker of the fleet (docs/distributed.md)
         from courtly.distributed import run_worker
 
-        with progress:
+        with progress, serve_errors():
             stats = run_worker(cast("PostgresStore", store), config, strategy, progress.update,
-                               continuous)
+                               continuous, run=crawl_runner(config))
         progress.summary(stats)
         return 1 if stats.stop is not None and stats.stop.failed else 0
     crawler = Crawler(config, store, strategy, on_progress=progress.update)
-    with progress:
-        stats = asyncio.run(crawler.run())
+    with progress, serve_errors():
+        stats = asyncio.run(crawl_runner(config)(crawler))
     progress.summary(stats)
     return 1 if stats.stop is not None and stats.stop.failed else 0
 
@@ -268,6 +274,27 @@ def check_surroundings(config: CrawlConfig) -> None:
             Path(config.warc.dir).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             fail(f"cannot create the WARC directory {config.warc.dir}: {exc.strerror or exc}")
+
+
+def crawl_runner(config: CrawlConfig) -> Callable[[Crawler], Coroutine[Any, Any, CrawlStats]]:
+    """How a crawl runs: by itself, or with its live view served (--serve)."""
+    address = config.serve
+    if address is None:
+        return lambda crawler: crawler.run()
+    from courtly.view.server import serve_crawl
+
+    return lambda crawler: serve_crawl(crawler, address)
+
+
+@contextmanager
+def serve_errors() -> Iterator[None]:
+    """The live view cannot be served: one line, before any request is sent."""
+    from courtly.view.server import ViewError
+
+    try:
+        yield
+    except ViewError as exc:
+        fail(str(exc))
 
 
 def _install_uvloop() -> None:
@@ -400,6 +427,36 @@ def stats(db: str | None, as_json: bool) -> None:
             from courtly.distributed import print_fleet
 
             print_fleet(data["fleet"])
+
+
+@main.command()
+@db_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (another than 127.0.0.1 is reachable by others).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="Port (0: any free one).")
+def serve(db: str | None, host: str, port: int) -> None:
+    """Serve a read-only view of the crawl in --db: a page, JSON, and /metrics."""
+    from courtly.view.server import ViewError, serve_database
+
+    db = build_config(None, db=db).db
+    check_readable(db)
+    try:
+        serve_database(db, host, port)
+    except ViewError as exc:
+        fail(str(exc))
+    except StoreError as exc:
+        fail(str(exc), 1)
+
+
+def check_readable(db: str) -> None:
+    """Refuse (one line) a database that is not there or not courtly's, without opening it
+    for writing."""
+    if not db_exists(db):
+        fail(f"no crawl database at {db}")
+    tables = sqlite_tables(db)
+    if tables is not None and "schema_version" not in tables:
+        fail(f"{db} is not a courtly crawl database")
 
 
 @main.command()

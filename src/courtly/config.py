@@ -230,6 +230,8 @@ class CrawlConfig(_Section):
     force_recrawl: bool = False
     parse_workers: int = Field(1, ge=0, le=1)  # 1: HTML analysed in a worker process; 0: inline
     progress: Literal["auto", "live", "log", "off"] = "auto"
+    #: "[HOST:]PORT": serve the live view while crawling (courtly.view; HOST 127.0.0.1)
+    serve: str | None = Field(None, pattern=r"^(.+:)?[0-9]{1,5}$")
     politeness: Politeness = Field(default_factory=Politeness)
     robots: Robots = Field(default_factory=Robots)
     limits: Limits = Field(default_factory=Limits)

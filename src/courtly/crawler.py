@@ -325,6 +325,7 @@ class Crawler:
         if isinstance(result, FetchError):
             return
         crawler.answered_in(result.elapsed)
+        self.stats.responded(result.elapsed, len(result.body))
         await self.content.read(action, reading, result)
 
     async def _record(self, crawler: OriginCrawler, action: CrawlAction,
@@ -347,8 +348,7 @@ class Crawler:
         if self.warc is not None:  # read back as written (the database thread's order)
             self.db.later(self.warc.keep, action).add_done_callback(self._archived)
         self.strategy.domain_metadata.flush()
-        self.stats.actions += budgeted  # ORIGIN_GIVEN_UP costs no --max-actions budget
-        self.stats.exit_codes[str(action.exit_code)] += 1
+        self.stats.recorded(action, budgeted)  # ORIGIN_GIVEN_UP costs no --max-actions budget
         self._stop_if_budget_spent()  # now, not when this origin's next turn comes
 
     def rescope(self, origins: list[str]) -> None:

@@ -19,7 +19,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -300,6 +300,7 @@ def run_worker(
     strategy: CrawlingStrategy,
     on_progress: Callable[[CrawlStats], None] | None = None,
     continuous: bool = False,
+    run: Callable[[Crawler], Coroutine[Any, Any, CrawlStats]] | None = None,
 ) -> CrawlStats:
     """Run this process as one worker until the fleet is done, a signal, or the database is gone
     for longer than `fleet.reconnect_seconds` (the database thread reconnects until then)."""
@@ -314,7 +315,7 @@ def run_worker(
     store.worker = worker.id
     crawler = Crawler(config, store, strategy, on_progress=on_progress, fleet=worker)
     try:
-        stats = asyncio.run(crawler.run())
+        stats = asyncio.run(run(crawler) if run is not None else crawler.run())
     finally:
         try:
             worker.leave()

@@ -86,6 +86,7 @@ class OriginCrawler:
     finished: bool = False
     ending: Ending | None = None  # why it would finish now, were it to (None: no work left)
     gate: KeyGate | None = None  # shared with the origins of its politeness key (None: its own)
+    in_turn: bool = False  # a turn of this origin is running now
 
     def answered_in(self, seconds: float) -> None:
         """Keep a response time (the adaptive delay reads the last 5)."""
@@ -311,6 +312,7 @@ class Turns:
 
     async def _run(self, crawler: OriginCrawler) -> None:
         self._stats.in_flight += 1
+        crawler.in_turn = True
         try:
             if not await self._through_gate(crawler):
                 return  # another origin of its key has the gate: it waits behind it
@@ -326,6 +328,7 @@ class Turns:
                 at = None
         finally:
             self._stats.in_flight -= 1
+            crawler.in_turn = False
             self._slots.release()
             self._running.pop(crawler.origin, None)
             self._revoked.discard(crawler.origin)

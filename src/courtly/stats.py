@@ -1,15 +1,25 @@
-"""A crawl's live counters, for the progress display, the summary and the fleet's heartbeat, and
-why it stopped."""
+"""A crawl's live counters, for the progress display, the summary, the fleet's heartbeat and
+the live view (courtly.view): plain numbers the crawl bumps, read by whoever looks; and why it
+stopped."""
 
 from __future__ import annotations
 
 import time
-from collections import Counter
+from bisect import bisect_left
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from courtly.errors import LocalError, describe
+from courtly.model import COMPLETED, CrawlAction, ExitCode
 from courtly.store.base import ConnectionLost, StoreError
+
+#: the upper bounds (seconds) of the response-time buckets of CrawlStats (Prometheus's `le`)
+RESPONSE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LATEST_ERRORS = 50
+#: exit codes counted as errors: those that leave the candidate ERROR, but ORIGIN_GIVEN_UP (a URL
+#: not tried because its origin was given up: the origin's reason says why)
+ERRORS = frozenset(c for c in ExitCode if c not in COMPLETED and c is not ExitCode.ORIGIN_GIVEN_UP)
 
 
 class StopKind(Enum):
@@ -57,6 +67,7 @@ class Stop:
         return self.kind in FAILURES
 
 
+
 @dataclass
 class CrawlStats:
     """Live counters for progress display and the end-of-crawl summary."""
@@ -71,6 +82,18 @@ class CrawlStats:
     stop: Stop | None = None
     #: origins finished for a reason other than having no work left: origin → the reason
     stopped_early: dict[str, str] = field(default_factory=dict)
+    #: crawl actions, and errors (an exit code that leaves the candidate ERROR), by origin
+    origin_actions: Counter[str] = field(default_factory=Counter)
+    origin_errors: Counter[str] = field(default_factory=Counter)
+    #: the latest errors, oldest first: (wall time, URL, origin, exit code, HTTP status, detail)
+    latest_errors: deque[tuple[float, str, str, str, int | None, str]] = field(
+        default_factory=lambda: deque(maxlen=LATEST_ERRORS)
+    )
+    #: responses of page requests: bytes of their bodies, their times by RESPONSE_BUCKETS (the
+    #: last count: slower than them all) and the sum of their times
+    response_bytes: int = 0
+    response_times: list[int] = field(default_factory=lambda: [0] * (len(RESPONSE_BUCKETS) + 1))
+    response_seconds: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -81,3 +104,20 @@ class CrawlStats:
     def stop_reason(self) -> str:
         """Why the crawl stopped, in one line ("" while it runs)."""
         return "" if self.stop is None else self.stop.text
+
+    def recorded(self, action: CrawlAction, budgeted: bool = True) -> None:
+        """Count a crawl action the store has recorded (budgeted: it counts in --max-actions)."""
+        code = str(action.exit_code)
+        self.actions += budgeted
+        self.exit_codes[code] += 1
+        self.origin_actions[action.origin] += 1
+        if action.exit_code in ERRORS:
+            self.origin_errors[action.origin] += 1
+            self.latest_errors.append((action.started, action.candidate.url, action.origin, code,
+                                       action.http_status, action.detail or ""))
+
+    def responded(self, seconds: float, size: int) -> None:
+        """Count a page's response: its time (request sent to body read) and body size."""
+        self.response_bytes += size
+        self.response_seconds += seconds
+        self.response_times[bisect_left(RESPONSE_BUCKETS, seconds)] += 1

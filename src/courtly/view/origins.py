@@ -1,0 +1,58 @@
+"""The origins table of the view: one row per origin, its state in words, sorting."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: origin states, in the order the page lists their counts
+STATES = ("crawling", "ready", "waiting", "backing off", "finished", "idle")
+SORT_KEYS = ("origin", "state", "actions", "errors", "delay", "robots", "reason")
+#: rows sent for one request of the table (the page asks for one sorted page of it)
+DEFAULT_LIMIT = 200
+
+
+@dataclass(slots=True)
+class OriginView:
+    """One origin as the page shows it (every text comes from the web: shown as text)."""
+
+    origin: str
+    #: crawling (a turn is running), ready (its time has come, waiting for a free slot of
+    #: --concurrency), waiting (for its delay), backing off (429/503 or robots.txt
+    #: unavailable), finished (reason says why); in a database without a live crawl: idle
+    state: str
+    reason: str
+    actions: int
+    errors: int
+    delay: float | None  # seconds between two requests (from the database: the Crawl-delay)
+    robots: str
+
+
+def robots_status(status: int | None, error: str | None) -> str:
+    """robots.txt in words: how the last fetch went and the rule it implies (RFC 9309)."""
+    if error:
+        return f"unavailable: {error}"
+    if status is None:
+        return "not fetched yet"
+    if 200 <= status < 300:
+        return f"{status}: rules apply"
+    if 400 <= status < 500:
+        return f"{status}: allow all"
+    return f"{status}: disallow all"
+
+
+def table(rows: list[OriginView], sort: str, descending: bool, limit: int) -> dict[str, Any]:
+    """The rows sorted by a column (unknown: by origin), at most `limit` of them, and the
+    counts by state."""
+    key = sort if sort in SORT_KEYS else "origin"
+
+    def value(row: OriginView) -> Any:
+        v = getattr(row, key)
+        return (v is not None, v if v is not None else 0)
+
+    ordered = sorted(rows, key=value, reverse=descending)[: max(0, limit)]
+    states = dict.fromkeys(STATES, 0)
+    for row in rows:
+        states[row.state] = states.get(row.state, 0) + 1
+    return {"total": len(rows), "sort": key, "descending": descending, "states": states,
+            "origins": [asdict(r) for r in ordered]}
