@@ -1,7 +1,7 @@
 """The view of a running crawl (`crawl --serve`, `worker --serve`): its counters in memory.
 
 Nothing here runs on the crawl's hot path: the crawl bumps CrawlStats' numbers; this reads them
-when a page or a scrape asks (and samples the totals once a second for the rate chart). The
+when a page or a scrape asks (and samples the totals twice a second for the rate chart). The
 only database query is the fleet's workers table (bounded), on a thread and connection of its
 own.
 """
@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 #: the origins table is built again at most this often (its cost grows with the origins)
 ORIGINS_EVERY = 1.0
+#: the rate chart: counts are sampled this often into bins of STEP seconds (a sample lands in
+#: the bin of its time, so a late sample shifts at most SAMPLE seconds of counts)
+SAMPLE = 0.5
+STEP = 2.0
 
 
 class LiveCrawl(Protocol):
@@ -52,19 +56,18 @@ class LiveView:
         self._fleet = Cached(reader.fleet, self.executor) if reader is not None else None
         stats = crawl.stats
         self.started = clock.now() - (time.monotonic() - stats.started)
-        self.bins = Series(self.started)
+        self.bins = Series(self.started, STEP)
         self._sampled = (stats.actions, stats.requests)
         self._rows: list[OriginView] = []
         self._rows_at = -float("inf")
 
     async def run(self) -> None:
-        """Add the last second's crawl actions and requests to the rate chart, every second."""
+        """Add the crawl actions and requests since the last sample to the rate chart."""
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(SAMPLE)
             stats = self.crawl.stats
             actions, requests = stats.actions, stats.requests
-            self.bins.add(clock.now() - 0.5, actions - self._sampled[0],
-                            requests - self._sampled[1])
+            self.bins.add(clock.now(), actions - self._sampled[0], requests - self._sampled[1])
             self._sampled = (actions, requests)
 
     def close(self) -> None:

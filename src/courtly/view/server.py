@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -126,7 +127,8 @@ async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
         await web.TCPSite(runner, host, port).start()
     except OSError as exc:
         await runner.cleanup()
-        raise ViewError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ViewError(f"cannot serve on {host}:{port}: {why}") from None
     bound = runner.addresses[0]
     shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
     return runner, f"http://{shown}:{bound[1]}/"
