@@ -22,8 +22,8 @@ from courtly.view.tally import ERRORS
 
 if TYPE_CHECKING:
     from courtly.config import CrawlConfig
-    from courtly.stats import CrawlStats
     from courtly.scheduler import OriginCrawler
+    from courtly.stats import CrawlStats
     from courtly.store import Store
     from courtly.store.reader import Reader
 

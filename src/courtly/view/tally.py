@@ -11,8 +11,8 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
 
-from courtly.stats import LATEST_ERRORS, RESPONSE_BUCKETS
 from courtly.model import COMPLETED, ExitCode
+from courtly.stats import LATEST_ERRORS, RESPONSE_BUCKETS
 from courtly.store.reader import LogRow
 from courtly.view.series import Series
 
