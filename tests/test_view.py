@@ -8,6 +8,7 @@ import socket
 import sqlite3
 import urllib.error
 import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,18 @@ def test_text_from_the_web_is_shown_as_text_and_never_runs(serve: Any, tmp_path:
         screenshot(page, "view-hostile-text.png")
 
 
+def tags(text: str) -> list[tuple[str, dict[str, str | None]]]:
+    """The start tags of an HTML document and their attributes."""
+    found: list[tuple[str, dict[str, str | None]]] = []
+
+    class Tags(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            found.append((tag, dict(attrs)))
+
+    Tags().feed(text)
+    return found
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -220,3 +233,48 @@ def test_serve_mistakes_are_one_line(tmp_path: Path, serve: Any) -> None:
         assert run.status == 2 and "Address already in use" in run.err
     run = courtly("crawl", site.url("s"), "--db", db, "--serve", "nope")
     assert run.status == 2 and run.err.startswith("courtly: serve: ")
+
+
+def test_the_report_is_one_file_that_renders_in_chromium(serve: Any, tmp_path: Path) -> None:
+    slow = {"/": Page(html("slow", ["/a", "/b"])), "/a": Page("a", delay=0.3),
+            "/b": Page("b", delay=0.3)}
+    failing = {"/": Page(html("failing", ["/x", "/y", "/hostile"])),
+               "/x": Page("down", status=500), "/y": Page("down", status=502),
+               "/hostile": Page("x", headers={"Content-Type": "text/html",
+                                              "Content-Encoding": SCRIPT + IMG})}
+    site = serve({"slow": slow, "failing": failing})
+    db = tmp_path / "crawl.db"
+    assert courtly("crawl", site.url("slow"), site.url("failing"), "--db", db, "--min-delay",
+                   "0", "--progress", "off").status == 0
+    out = tmp_path / "report.html"
+    run = courtly("report", "--db", db, "--out", out)
+    assert run.status == 0, run.err
+    text = out.read_text()
+    # self-contained: no element refers to another file
+    assert [tag for tag in tags(text) if {"src", "href"} & set(tag[1])] == []
+    assert [tag[0] for tag in tags(text)].count("script") == 2
+    assert "<script>window.__pwned" not in text  # the data cannot close its element
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.route("**/*", lambda route: route.abort()
+                   if not route.request.url.startswith("file:") else route.continue_())
+        page.goto(out.as_uri())
+        page.wait_for_selector("body[data-drawn='1']")
+        assert len((page.get_attribute("#rate-chart polyline.series", "points") or "").split()) >= 2
+        codes = page.locator("#exit-codes .bar-label").all_text_contents()
+        assert {"OK", "HTTP_SERVER_ERROR", "PROTOCOL_ERROR"} <= set(codes)
+        assert page.locator("#elapsed rect.bar").count() == 14
+        assert page.locator("#slowest .bar-label").first.text_content() == site.url("slow", "")
+        assert page.locator("#failing .bar-label").first.text_content() == site.url("failing", "")
+        details = page.locator("#latest-errors td.detail").all_text_contents()
+        assert any(SCRIPT + IMG in d for d in details)
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+        assert page.locator("img").count() == 0
+        assert not errors, errors
+        screenshot(page, "report.png")
+    assert courtly("report", "--db", db, "--out", db).status == 2
+    missing = courtly("report", "--db", tmp_path / "none.db", "--out", out)
+    assert missing.status == 2 and missing.err.startswith("courtly: no crawl database")

@@ -449,6 +449,32 @@ def serve(db: str | None, host: str, port: int) -> None:
         fail(str(exc), 1)
 
 
+@main.command()
+@db_option
+@click.option("--out", type=click.Path(dir_okay=False), required=True,
+              help="The HTML file to write.")
+def report(db: str | None, out: str) -> None:
+    """Write one self-contained HTML file with the charts of the crawl in --db."""
+    from courtly.store.reader import open_reader
+    from courtly.view.report import write_report
+
+    db = build_config(None, db=db).db
+    if is_database_file(out, db):
+        fail(f"--out {out} is the crawl database (or its journal): write the report elsewhere")
+    check_readable(db)
+    try:
+        reader = open_reader(db)
+        try:
+            actions = write_report(reader, Path(out))
+        finally:
+            reader.close()
+    except StoreError as exc:
+        fail(str(exc), 1)
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror or exc}")
+    click.echo(f"{out}: the report of {actions} crawl actions", err=True)
+
+
 def check_readable(db: str) -> None:
     """Refuse (one line) a database that is not there or not courtly's, without opening it
     for writing."""

@@ -151,7 +151,7 @@ class Reader:
                 "worker": str(wid), "host": str(host), "pid": int(pid), "state": state,
                 "leases": int(leases.get(wid, 0)), "actions": int(actions),
                 "rate": round(int(actions) / span, 2),
-                "rate_last_minute": round(recent / 60.0, 2),
+                "rate_last_minute": round(recent / max(1.0, min(60.0, now - started)), 2),
                 "heartbeat_age": round(now - float(beat), 1),
             })
         held = sum(int(n) for n in leases.values())

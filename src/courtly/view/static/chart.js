@@ -78,19 +78,21 @@
 
   // items: [{label, value, color?}]: horizontal bars, the largest first as given
   function bars(container, items, options) {
-    const opts = Object.assign({ width: 520, bar: 20, labelWidth: 220 }, options || {});
+    const opts = Object.assign({ width: 520, bar: 20, labelWidth: 220, valueWidth: 70 },
+      options || {});
     const height = Math.max(1, items.length) * (opts.bar + 6) + 6;
     const svg = el("svg", { viewBox: `0 0 ${opts.width} ${height}`, role: "img",
       class: "chart-svg bars", width: "100%" });
     const title = el("title", {}, svg);
     title.textContent = opts.title || "bars";
     const max = Math.max(1, ...items.map((i) => i.value));
-    const w = opts.width - opts.labelWidth - 70;
+    const w = opts.width - opts.labelWidth - opts.valueWidth;
     items.forEach((item, k) => {
       const y = 6 + k * (opts.bar + 6);
-      const label = text(svg, opts.labelWidth - 8, y + opts.bar - 6, item.label,
+      const room = Math.floor(opts.labelWidth / 6.5);  // characters that fit beside the bar
+      const label = item.label.length > room ? `…${item.label.slice(1 - room)}` : item.label;
+      text(svg, opts.labelWidth - 8, y + opts.bar - 6, label,
         { "text-anchor": "end", class: "bar-label" });
-      label.appendChild(document.createElementNS(NS, "title")).textContent = item.label;
       el("rect", { x: opts.labelWidth, y: y, height: opts.bar, class: "bar",
         width: Math.max(1, (item.value / max) * w), fill: item.color || "#4c78a8" }, svg);
       text(svg, opts.labelWidth + Math.max(1, (item.value / max) * w) + 6, y + opts.bar - 6,
