@@ -27,6 +27,7 @@ Usage:
                                 [--only scrapy|courtly] [--timeout 1800] [--json OUT]
   .venv/bin/python bench/run.py --politeness 10 0.5 [--per-origin 20]
   .venv/bin/python bench/run.py --only courtly --frontier bench/.cache/frontier/frontier-10000000.db
+  .venv/bin/python bench/run.py --view    # courtly alone vs courtly --serve with a page open
 """
 
 from __future__ import annotations
@@ -38,13 +39,16 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import signal
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -233,8 +237,29 @@ class Fetched:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+#: --view: what a browser with the page open asks every 2 s, and a Prometheus scrape
+VIEW_PATHS = ("api/summary", "api/series", "api/origins?sort=errors&order=desc&limit=200",
+              "api/errors", "api/workers", "metrics")
+
+
+def poll_view(log: Path, done: threading.Event, polls: list[int]) -> None:
+    """--view: find the URL courtly serves (its log's first lines) and GET the page's endpoints
+    every 2 seconds until the crawl is done; counts the polls in `polls`."""
+    url = None
+    while url is None and not done.wait(0.05):
+        found = re.search(rb"serving .* at (http://\S+/)", log.read_bytes()[:4096])
+        url = found.group(1).decode() if found else None
+    while url is not None and not done.is_set():
+        for path in VIEW_PATHS:
+            with contextlib.suppress(OSError), urllib.request.urlopen(url + path, timeout=5) as r:
+                r.read()
+        polls[0] += 1
+        done.wait(2.0)
+
+
 def run_courtly(seeds: list[str], work: Path, tag: str, concurrency: int, timeout: float,
-                min_delay: float = 0.0, max_actions: int = 0) -> tuple[Proc, Fetched]:
+                min_delay: float = 0.0, max_actions: int = 0,
+                view: bool = False) -> tuple[Proc, Fetched]:
     db = work / f"{tag}.db"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
@@ -246,8 +271,20 @@ def run_courtly(seeds: list[str], work: Path, tag: str, concurrency: int, timeou
            "--concurrency", str(concurrency), "--config", str(toml)]
     if max_actions:
         cmd += ["--max-actions", str(max_actions)]
-    proc = run_measured(cmd, work / f"{tag}.log", timeout)
-    return proc, read_courtly_db(db)
+    if not view:
+        return run_measured(cmd, work / f"{tag}.log", timeout), read_courtly_db(db)
+    log, done, polls = work / f"{tag}.log", threading.Event(), [0]
+    log.write_bytes(b"")
+    poller = threading.Thread(target=poll_view, args=(log, done, polls), daemon=True)
+    poller.start()
+    try:
+        proc = run_measured([*cmd, "--serve", "0"], log, timeout)
+    finally:
+        done.set()
+        poller.join(10)
+    fetched = read_courtly_db(db)
+    fetched.info["view_polls"] = polls[0]
+    return proc, fetched
 
 
 def start_from(frontier: Path, db: Path) -> None:
@@ -526,8 +563,9 @@ def bench_throughput(args: argparse.Namespace, tools: list[str], work: Path,
             for tool in order:
                 tag = f"{tool}-r{rnd}"
                 print(f"[{time.strftime('%H:%M:%S')}] {tag} ...", flush=True)
-                if tool == "courtly":
-                    proc, fetched = run_courtly(seeds, work, tag, args.concurrency, args.timeout)
+                if tool.startswith("courtly"):
+                    proc, fetched = run_courtly(seeds, work, tag, args.concurrency, args.timeout,
+                                                view=tool == "courtly+view")
                 else:
                     proc, fetched = run_scrapy(seeds, work, tag, args.concurrency, args.timeout)
                 res = score(tool, rnd, proc, fetched, manifest)
@@ -620,6 +658,8 @@ def main() -> None:
     ap.add_argument("--lean", action="store_true",
                     help="courtly without content storage and duplicate detection (Scrapy's work)")
     ap.add_argument("--only", choices=["scrapy", "courtly"])
+    ap.add_argument("--view", action="store_true",
+                    help="courtly alone against courtly --serve polled every 2 s (issue 31)")
     ap.add_argument("--frontier", type=Path, metavar="DB",
                     help="courtly starts from a copy of this frontier database "
                          "(bench/.cache/frontier/frontier-N.db, built by frontier_bench.py)")
@@ -642,6 +682,8 @@ def main() -> None:
     report: dict[str, Any] = {"argv": sys.argv[1:], "machine": machine(),
                               "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     tools = ["courtly", "scrapy"] if args.only is None else [args.only]
+    if args.view:
+        tools = ["courtly", "courtly+view"]
     if "scrapy" in tools:
         report["machine"]["scrapy"] = ensure_scrapy()
     if "courtly" in tools and not courtly_works():

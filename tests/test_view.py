@@ -231,8 +231,9 @@ def test_serve_mistakes_are_one_line(tmp_path: Path, serve: Any) -> None:
         assert site.hits == []  # nothing was crawled
         run = courtly("serve", "--db", db, "--port", port)
         assert run.status == 2 and "Address already in use" in run.err
-    run = courtly("crawl", site.url("s"), "--db", db, "--serve", "nope")
-    assert run.status == 2 and run.err.startswith("courtly: serve: ")
+    for wrong in ("nope", "70000", "host:", ":80"):
+        run = courtly("crawl", site.url("s"), "--db", db, "--serve", wrong)
+        assert run.status == 2 and run.err.startswith("courtly: serve: "), run.err
 
 
 def test_the_report_is_one_file_that_renders_in_chromium(serve: Any, tmp_path: Path) -> None:

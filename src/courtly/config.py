@@ -231,7 +231,7 @@ class CrawlConfig(_Section):
     parse_workers: int = Field(1, ge=0, le=1)  # 1: HTML analysed in a worker process; 0: inline
     progress: Literal["auto", "live", "log", "off"] = "auto"
     #: "[HOST:]PORT": serve the live view while crawling (courtly.view; HOST 127.0.0.1)
-    serve: str | None = Field(None, pattern=r"^(.+:)?[0-9]{1,5}$")
+    serve: str | None = None
     politeness: Politeness = Field(default_factory=Politeness)
     robots: Robots = Field(default_factory=Robots)
     limits: Limits = Field(default_factory=Limits)
@@ -256,6 +256,17 @@ class CrawlConfig(_Section):
             parse_proxy(proxy)
         return proxy
 
+
+    @field_validator("serve")
+    @classmethod
+    def _serve_address(cls, serve: str | None) -> str | None:
+        """[HOST:]PORT with a port from 0 (any free one) to 65535."""
+        if serve is None:
+            return None
+        host, colon, port = serve.rpartition(":")
+        if not port.isdigit() or int(port) > 65535 or (colon and not host.strip("[]")):
+            raise ValueError(f"{serve!r} is not [HOST:]PORT with a port from 0 to 65535")
+        return serve
 
     @field_validator("db")
     @classmethod

@@ -127,7 +127,7 @@ async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
         await web.TCPSite(runner, host, port).start()
     except OSError as exc:
         await runner.cleanup()
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        why = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
         raise ViewError(f"cannot serve on {host}:{port}: {why}") from None
     bound = runner.addresses[0]
     shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
