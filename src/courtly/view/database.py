@@ -39,10 +39,11 @@ class DbView:
         """Read the next rows of the crawl log; True when there were as many as a chunk."""
         loop = asyncio.get_running_loop()
         gaps = sorted(self.tally.gaps)[:500]
+        after = self.tally.last_id
         rows = await loop.run_in_executor(
-            self.executor, self.reader.log_after, self.tally.last_id, CHUNK, gaps)
+            self.executor, self.reader.log_after, after, CHUNK, gaps)
         self.tally.add(rows, time.time(), track_gaps=self.reader.shared)
-        return len(rows) - len([r for r in rows if r.id in gaps]) >= CHUNK
+        return sum(1 for r in rows if r.id > after) >= CHUNK
 
     async def run(self) -> None:
         """Follow the crawl log for as long as the server runs."""
@@ -96,24 +97,22 @@ class DbView:
     async def origin_rows(self) -> list[OriginView]:
         """Every origin of the crawl: the configured ones and those in the log."""
         known = {row.origin: row for row in await self._origins.get()}
-        run = self._run.value
-        finished_run = None if run is None or run[2] is None else run[0]
+        run = await self._run.get()
         names = {o for o, row in known.items() if row.configured} | set(self.tally.origins)
         now = time.time()
-        return [self._row(name, known.get(name), now, finished_run) for name in names]
+        return [self._row(name, known.get(name), now, run) for name in names]
 
     def _row(self, name: str, row: OriginRow | None, now: float,
-             finished_run: int | None) -> OriginView:
+             run: tuple[int, float, float | None] | None) -> OriginView:
         """An origin's state from the database: finished (its run finished, or in a fleet it
         was given up for the run), backing off (until its backoff time), crawling (an action
         in the last ACTIVE_FOR seconds) or idle."""
         counted = self.tally.origins.get(name)
         actions, errors = (counted.actions, counted.errors) if counted else (0, 0)
         last = counted.last if counted else 0.0
-        run = self._run.value
         if row is not None and run is not None and row.finished_run == run[0]:
             state, reason = "finished", "given up for this run"
-        elif finished_run is not None:
+        elif run is not None and run[2] is not None:
             state, reason = "finished", "the run finished"
         elif row is not None and row.backoff_until > now:
             until = time.strftime("%H:%M:%S", time.localtime(row.backoff_until))
