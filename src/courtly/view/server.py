@@ -127,7 +127,10 @@ async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
         await web.TCPSite(runner, host, port).start()
     except OSError as exc:
         await runner.cleanup()
-        why = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+        # errno's text (uvloop's own message repeats the address); a name that does not resolve
+        # (socket.gaierror, a negative errno) has its text in strerror
+        errno = exc.errno or 0
+        why = os.strerror(errno) if errno > 0 else (exc.strerror or str(exc))
         raise ViewError(f"cannot serve on {host}:{port}: {why}") from None
     bound = runner.addresses[0]
     shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
