@@ -21,6 +21,7 @@ class Cached(Generic[T]):
         self._fetch, self._executor = fetch, executor
         self.every, self.factor = every, factor
         self._value: T | None = None
+        self.version = 0  # how many times it was fetched
         self._at = -float("inf")
         self._took = 0.0
         self._lock = asyncio.Lock()
@@ -41,4 +42,5 @@ class Cached(Generic[T]):
                 self._value = await loop.run_in_executor(self._executor, self._fetch)
                 self._at = time.monotonic()
                 self._took = self._at - began
+                self.version += 1
             return self._value

@@ -9,7 +9,7 @@ from typing import Any
 
 from courtly.store.reader import OriginRow, Reader
 from courtly.view.cached import Cached
-from courtly.view.origins import OriginView, robots_status
+from courtly.view.origins import OriginTable, OriginView, robots_status
 from courtly.view.tally import ERRORS, Tally
 
 #: log rows read by one query; the log is read again this often when it had no more
@@ -32,6 +32,8 @@ class DbView:
         self._states = Cached(reader.candidates_by_state, self.executor)
         self._fleet = Cached(reader.fleet, self.executor)
         self._run = Cached(reader.last_run, self.executor)
+        self._table = OriginTable([])
+        self._table_version: tuple[int, Any, int] | None = None
         self.caught_up = False  # the whole log has been read once
         self.failure = ""  # why the log could not be read (shown on the page)
 
@@ -70,17 +72,15 @@ class DbView:
         rates = tally.series.rate(now) if tally.series else (0.0, 0.0)
         run = await self._run.get()
         states = await self._states.get()
-        rows = await self.origin_rows()
-        by_state: dict[str, int] = {}
-        for row in rows:
-            by_state[row.state] = by_state.get(row.state, 0) + 1
+        origins = await self.origins()
+        by_state = {state: n for state, n in origins.states.items() if n}
         return {
             "source": self.source, "db": self.reader.where, "worker": None, "now": now,
             "started": tally.first, "latest": tally.last, "actions": tally.rows,
             "requests": tally.requests, "errors": tally.errors, "bytes": tally.bytes,
             "in_flight": None, "rate": {"actions": rates[0], "requests": rates[1]},
             "exit_codes": dict(tally.exit_codes.most_common()),
-            "origins": {"total": len(rows), **by_state},
+            "origins": {"total": len(origins.rows), **by_state},
             "candidates": states, "run": None if run is None else {
                 "id": run[0], "started": run[1], "finished": run[2]},
             "stop_reason": "", "error_codes": sorted(ERRORS), "reading": not self.caught_up,
@@ -94,13 +94,19 @@ class DbView:
             return {"start": time.time(), "step": 1.0, "actions": [], "requests": []}
         return self.tally.series.data()
 
-    async def origin_rows(self) -> list[OriginView]:
-        """Every origin of the crawl: the configured ones and those in the log."""
-        known = {row.origin: row for row in await self._origins.get()}
+    async def origins(self) -> OriginTable:
+        """Every origin of the crawl, the configured ones and those in the log (built again with
+        the origins table's query, or when the log has grown)."""
+        known = await self._origins.get()
         run = await self._run.get()
-        names = {o for o, row in known.items() if row.configured} | set(self.tally.origins)
-        now = time.time()
-        return [self._row(name, known.get(name), now, run) for name in names]
+        version = (self._origins.version, run, self.tally.rows)
+        if version != self._table_version:
+            by_name = {row.origin: row for row in known}
+            names = {o for o, row in by_name.items() if row.configured} | set(self.tally.origins)
+            now = time.time()
+            self._table = OriginTable([self._row(n, by_name.get(n), now, run) for n in names])
+            self._table_version = version
+        return self._table
 
     def _row(self, name: str, row: OriginRow | None, now: float,
              run: tuple[int, float, float | None] | None) -> OriginView:

@@ -20,7 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from courtly.stats import RESPONSE_BUCKETS
-from courtly.view.origins import STATES, OriginView
+from courtly.view.origins import OriginTable
 
 if TYPE_CHECKING:
     from courtly.view.database import DbView
@@ -54,13 +54,10 @@ def _histogram(name: str, doc: str, labels: list[str], values: list[str], counts
     return family
 
 
-def _origins(rows: list[OriginView], labels: list[str], values: list[str]) -> GaugeMetricFamily:
+def _origins(table: OriginTable, labels: list[str], values: list[str]) -> GaugeMetricFamily:
     family = GaugeMetricFamily("courtly_origins", "Origins by state.",
                                labels=[*labels, "state"])
-    counts = dict.fromkeys(STATES, 0)
-    for row in rows:
-        counts[row.state] = counts.get(row.state, 0) + 1
-    for state, n in counts.items():
+    for state, n in table.states.items():
         family.add_metric([*values, state.replace(" ", "_")], n)
     return family
 
@@ -84,7 +81,7 @@ def _by_exit_code(counts: dict[str, int], labels: list[str],
 async def live_families(view: LiveView) -> list[Metric]:
     """A running crawl's metrics (in a fleet, labelled with this worker's id)."""
     stats = view.crawl.stats
-    rows = await view.origin_rows()
+    table = await view.origins()
     labels, values = (["worker"], [view.worker]) if view.worker else ([], [])
     in_flight = GaugeMetricFamily("courtly_requests_in_flight",
                                   "Origins with a turn (and so a request) running now.",
@@ -98,7 +95,7 @@ async def live_families(view: LiveView) -> list[Metric]:
                  stats.response_bytes),
         _histogram("courtly_response_seconds", "Page response time: request sent to body read.",
                    labels, values, stats.response_times, stats.response_seconds),
-        _origins(rows, labels, values),
+        _origins(table, labels, values),
         in_flight,
     ]
 
@@ -106,7 +103,7 @@ async def live_families(view: LiveView) -> list[Metric]:
 async def database_families(view: DbView) -> list[Metric]:
     """A crawl database's metrics, from its crawl log; in a fleet, per worker too."""
     tally = view.tally
-    rows = await view.origin_rows()
+    table = await view.origins()
     fleet = await view.workers()
     families: list[Metric] = [
         _counter("courtly_requests", "Crawl actions in the log that sent a request "
@@ -116,7 +113,7 @@ async def database_families(view: DbView) -> list[Metric]:
                  tally.bytes),
         _histogram("courtly_crawl_action_seconds", "Time of the logged crawl actions that sent a "
                    "request (fetch and handling).", [], [], tally.elapsed, tally.elapsed_sum),
-        _origins(rows, [], []),
+        _origins(table, [], []),
     ]
     if fleet["fleet"]:
         families.extend(_fleet(fleet))

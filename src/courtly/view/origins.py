@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -41,18 +42,31 @@ def robots_status(status: int | None, error: str | None) -> str:
     return f"{status}: disallow all"
 
 
-def table(rows: list[OriginView], sort: str, descending: bool, limit: int) -> dict[str, Any]:
-    """The rows sorted by a column (unknown: by origin), at most `limit` of them, and the
-    counts by state."""
-    key = sort if sort in SORT_KEYS else "origin"
+class OriginTable:
+    """The origins of one moment: their counts by state, and pages of them sorted by a column
+    (each page computed once: the table is kept while its view keeps it)."""
 
-    def value(row: OriginView) -> Any:
-        v = getattr(row, key)
-        return (v is not None, v if v is not None else 0)
+    def __init__(self, rows: list[OriginView]) -> None:
+        self.rows = rows
+        self.states = dict.fromkeys(STATES, 0)
+        for row in rows:
+            self.states[row.state] = self.states.get(row.state, 0) + 1
+        self._pages: dict[tuple[str, bool, int], dict[str, Any]] = {}
 
-    ordered = sorted(rows, key=value, reverse=descending)[: max(0, limit)]
-    states = dict.fromkeys(STATES, 0)
-    for row in rows:
-        states[row.state] = states.get(row.state, 0) + 1
-    return {"total": len(rows), "sort": key, "descending": descending, "states": states,
-            "origins": [asdict(r) for r in ordered]}
+    def page(self, sort: str, descending: bool, limit: int) -> dict[str, Any]:
+        """At most `limit` rows sorted by a column (unknown: by origin), as JSON."""
+        key = (sort if sort in SORT_KEYS else "origin", descending, max(0, limit))
+        found = self._pages.get(key)
+        if found is None:
+            column = key[0]
+
+            def value(row: OriginView) -> tuple[bool, Any]:
+                v = getattr(row, column)
+                return (v is not None, v if v is not None else 0)
+
+            pick = heapq.nlargest if descending else heapq.nsmallest
+            chosen = pick(key[2], self.rows, key=value)  # n log(limit), not a whole sort
+            found = self._pages[key] = {
+                "total": len(self.rows), "sort": column, "descending": descending,
+                "states": self.states, "origins": [asdict(r) for r in chosen]}
+        return found

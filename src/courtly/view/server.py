@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aiohttp import web
 
 from courtly.view.metrics import database_families, exposition, live_families
-from courtly.view.origins import DEFAULT_LIMIT, OriginView, table
+from courtly.view.origins import DEFAULT_LIMIT, OriginTable
 
 if TYPE_CHECKING:
     from courtly.crawler import Crawler
@@ -44,7 +44,7 @@ class View(Protocol):
     async def run(self) -> None: ...
     async def summary(self) -> dict[str, Any]: ...
     def series(self) -> dict[str, Any]: ...
-    async def origin_rows(self) -> list[OriginView]: ...
+    async def origins(self) -> OriginTable: ...
     def errors(self) -> list[dict[str, Any]]: ...
     async def workers(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
@@ -95,9 +95,9 @@ def make_app(view: View, families: Callable[[], Awaitable[list[Any]]]) -> web.Ap
             limit = int(query.get("limit", DEFAULT_LIMIT))
         except ValueError:
             raise web.HTTPBadRequest(text="limit: a number of rows") from None
-        rows = await view.origin_rows()
-        return web.json_response(table(rows, query.get("sort", "origin"),
-                                       query.get("order", "asc") == "desc", limit))
+        origins = await view.origins()
+        return web.json_response(origins.page(query.get("sort", "origin"),
+                                              query.get("order", "asc") == "desc", limit))
 
     async def errors(request: web.Request) -> web.Response:
         return web.json_response({"errors": view.errors()})
