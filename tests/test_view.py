@@ -4,6 +4,7 @@ local sites, /metrics parsed by prometheus_client, the page rendered in headless
 from __future__ import annotations
 
 import hashlib
+import json
 import socket
 import sqlite3
 import urllib.error
@@ -279,3 +280,28 @@ def test_the_report_is_one_file_that_renders_in_chromium(serve: Any, tmp_path: P
     assert courtly("report", "--db", db, "--out", db).status == 2
     missing = courtly("report", "--db", tmp_path / "none.db", "--out", out)
     assert missing.status == 2 and missing.err.startswith("courtly: no crawl database")
+
+
+def test_a_database_that_fails_under_the_view_is_one_line_not_a_crash(
+    serve: Any, tmp_path: Path
+) -> None:
+    site = serve({"s": {"/": Page(html("home", []))}})
+    db = tmp_path / "crawl.db"
+    assert courtly("crawl", site.url("s"), "--db", db, "--progress", "off").status == 0
+    with serving("serve", "--db", db, "--port", "0") as view:
+        assert view.json("api/origins")["total"] == 1
+        with sqlite3.connect(db) as con:  # another program breaks the database
+            con.execute("ALTER TABLE origins RENAME TO gone")
+
+        def refused() -> Any:
+            try:
+                view.get("api/origins")
+            except urllib.error.HTTPError as exc:
+                return exc
+            return None
+
+        answer = until(refused, message="the view did not notice")
+        assert answer.code == 503
+        assert "no such table: origins" in json.loads(answer.read())["error"]
+        assert view.json("api/errors") == {"errors": []}  # the rest still answers
+    assert "Traceback" not in view.stop()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
+from courtly.store import StoreError
 from courtly.view.metrics import database_families, exposition, live_families
 from courtly.view.origins import DEFAULT_LIMIT, OriginTable
 
@@ -59,7 +60,10 @@ def static_file(name: str) -> bytes:
 async def _headers(request: web.Request,
                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                    ) -> web.StreamResponse:
-    response = await handler(request)
+    try:
+        response = await handler(request)
+    except StoreError as exc:  # the database is gone or damaged: say so, keep serving
+        response = web.json_response({"error": str(exc)}, status=503)
     response.headers["Content-Security-Policy"] = CSP
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Referrer-Policy"] = "no-referrer"
