@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,12 +12,12 @@ import pytest
 from courtly.site import LocalSite, Page, html
 from tests.conftest import courtly
 from tests.pgserver import PgUrl
+from tests.test_distributed import fleet_config
 from tests.viewing import chromium, screenshot, serving, until
 
 pytestmark = pytest.mark.postgres
 
 NAMES = ("f0", "f1", "f2", "f3")
-ENV = {"COURTLY_LEASE_SECONDS": "2", "COURTLY_PARTITIONS": "16"}
 
 
 def fleet_site(serve: Any) -> LocalSite:
@@ -30,14 +31,14 @@ def fleet_site(serve: Any) -> LocalSite:
 
 
 def test_the_view_of_a_fleet_names_its_workers_and_their_leases(
-    serve: Any, pg_url: PgUrl
+    serve: Any, pg_url: PgUrl, tmp_path: Path
 ) -> None:
     site = fleet_site(serve)
     assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
     with ExitStack() as stack:
         workers = [stack.enter_context(serving(
             "worker", "--db", pg_url, "--min-delay", "0.1", "--progress", "off", "--continuous",
-            "--serve", "0", env=ENV)) for _ in range(2)]
+            "--serve", "0", "--config", fleet_config(tmp_path))) for _ in range(2)]
         view = stack.enter_context(serving("serve", "--db", pg_url, "--port", "0"))
         ids = [w.json("api/summary")["worker"] for w in workers]
         assert all(ids) and ids[0] != ids[1]
