@@ -311,6 +311,7 @@ def run_worker(
     store.retry_seconds = fleet.reconnect_seconds
     for each in (store, polls):
         each.set_idle_timeout(idle)
+    store.commit_lazily()  # the crawl's writes; leases and heartbeats are committed durably
     worker = Worker(polls, fleet, continuous)
     store.worker = worker.id
     crawler = Crawler(config, store, strategy, on_progress=on_progress, fleet=worker)

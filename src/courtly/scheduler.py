@@ -298,7 +298,6 @@ class Turns:
             if gate is not None:
                 gate.busy = True
             task = loop.create_task(self._run(crawler))
-            self._running[crawler.origin] = task
             self._tasks.add(task)
             task.add_done_callback(self._done)
 
@@ -311,8 +310,11 @@ class Turns:
             await asyncio.wait_for(self._wake.wait(), timeout)
 
     async def _run(self, crawler: OriginCrawler) -> None:
+        # revocable once started: a task cancelled before its first step would run no cleanup
+        self._running[crawler.origin] = asyncio.current_task()  # type: ignore[assignment]
         self._stats.in_flight += 1
         crawler.in_turn = True
+        at = None
         try:
             if not await self._through_gate(crawler):
                 return  # another origin of its key has the gate: it waits behind it
@@ -320,12 +322,10 @@ class Turns:
                 at = await self._turn(crawler)
             except Exception as exc:  # the crawl decides what stops; the origin is finished
                 self._failed(crawler, exc)
-                at = None
-            except asyncio.CancelledError:
-                if crawler.origin not in self._revoked:
-                    raise
-                log.info("%s: turn cancelled, its lease is lost", crawler.origin)
-                at = None
+        except asyncio.CancelledError:
+            if crawler.origin not in self._revoked:
+                raise
+            log.info("%s: turn cancelled, its lease is lost", crawler.origin)
         finally:
             self._stats.in_flight -= 1
             crawler.in_turn = False

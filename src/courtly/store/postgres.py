@@ -149,6 +149,7 @@ class PostgresSql(SqlStore):
         self._conn: psycopg.Connection[Any] | None = None
         self._in_tx = False
         self._idle_ms = 5000  # idle_in_transaction_session_timeout
+        self._session: list[str] = []  # settings made again on a new connection
         self._piped = False  # statements are being queued in pipeline mode (write_batch)
         self._sql_cache: dict[str, str] = {}
         #: statements sent and round trips waited for (bench/distributed_bench.py reports them)
@@ -179,6 +180,8 @@ class PostgresSql(SqlStore):
                     )
                 # a frozen or lost worker must not hold its locks for long (docs/distributed.md)
                 conn.execute(f"SET idle_in_transaction_session_timeout = {self._idle_ms}")
+                for setting in self._session:
+                    conn.execute(setting)
                 self._conn = conn
                 return conn
             except psycopg.Error as exc:
@@ -199,6 +202,13 @@ class PostgresSql(SqlStore):
         locks go with it); kept across reconnections."""
         self._idle_ms = max(1, int(seconds * 1000))
         self._px(f"SET idle_in_transaction_session_timeout = {self._idle_ms}")
+
+    def commit_lazily(self) -> None:
+        """The crawl's own writes commit without waiting for the WAL flush
+        (synchronous_commit = off): a server crash loses at most its last few hundred
+        milliseconds of crawl actions, whose URLs are crawled again (docs/distributed.md)."""
+        self._session.append("SET synchronous_commit = off")
+        self._px("SET synchronous_commit = off")
 
     def reconnect(self) -> None:
         """Drop the connection and connect again (with backoff; ConnectionLost past the limit)."""
