@@ -71,6 +71,15 @@ BEGIN
 END $$"""
 
 
+#: deadlock, serialization failure: the batch was rolled back and is sent again
+_CONFLICTS = frozenset({"40P01", "40001"})
+_CONFLICT_RETRIES = 10
+
+
+class _Conflict(StoreError):
+    """A batch rolled back by a deadlock with another worker's (sent again)."""
+
+
 class LeaseLost(StoreError):
     """A batch of writes was refused: one of its leases expired or passed to another worker."""
 
@@ -327,11 +336,16 @@ class PostgresBatches(PostgresSql):
         (pipeline mode), fenced by their leases; returns the writes refused (their lease was lost:
         nothing of theirs is written)."""
         refused: list[Write] = []
+        conflicts = 0
         while writes:
             leases = sorted({w.lease for w in writes if w.lease is not None})
             try:
                 self._pipelined(writes, leases)
                 break
+            except _Conflict:  # another worker's batch locked rows in the other order
+                conflicts += 1
+                if conflicts > _CONFLICT_RETRIES:
+                    raise
             except LeaseLost:
                 valid = set(self.valid_leases(leases))
                 refused += [w for w in writes if w.lease is not None and w.lease not in valid]
@@ -365,6 +379,8 @@ class PostgresBatches(PostgresSql):
                     conn.execute("ROLLBACK")
             if failure.sqlstate == LEASE_LOST:
                 raise LeaseLost(one_line(failure))
+            if failure.sqlstate in _CONFLICTS:
+                raise _Conflict(one_line(failure))
             broken = isinstance(failure, psycopg.OperationalError) and conn.broken
             raise (_lost if broken else _error)(failure, self.path)
         self.statements += 2 + bool(leases)
