@@ -26,10 +26,10 @@ def in_flight_at_once(hits: list[Hit]) -> int:
 def crawl_by_names(serve, db: Path, tmp_path: Path, names: list[str], key: str) -> list[Hit]:
     """Crawl http://NAME:PORT/ for each name, every name resolving to the one test server
     (limits.dns_hosts)."""
-    site = serve({"shared": {"/robots.txt": robots("User-agent: *\nDisallow: /private\n"),
+    site = serve({"server": {"/robots.txt": robots("User-agent: *\nDisallow: /private\n"),
                              "/": Page(html("home", ["/a", "/private"]), delay=0.01),
                              "/a": Page(html("a", ["/"]), delay=0.01)}})
-    port = site.origins["shared"].rsplit(":", 1)[1]
+    port = site.origins["server"].rsplit(":", 1)[1]
     hosts = ", ".join(f'"{n}" = "127.0.0.1"' for n in names)
     cfg = tmp_path / "crawl.toml"
     cfg.write_text(f'[politeness]\npoliteness_key = "{key}"\n[limits]\ndns_hosts = {{ {hosts} }}\n'
