@@ -22,7 +22,6 @@ Needs the PostgreSQL server of the tests (COURTLY_TEST_POSTGRES, default 127.0.0
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import resource
@@ -33,7 +32,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import psycopg
@@ -53,18 +51,10 @@ lease_seconds = 10
 _COUNTERS = re.compile(r"database: (\d+) statements in (\d+) round trips")
 
 
-def _load(name: str, file: str) -> ModuleType:
-    # bench/site.py would be shadowed by the stdlib `site` module: load it by path
-    spec = importlib.util.spec_from_file_location(name, BENCH / file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(BENCH))
+import run  # noqa: E402  (bench/run.py loads bench/site.py and nginx.py by path)
 
-
-synth = _load("courtly_bench_site", "site.py")
-nginx_mod = _load("courtly_bench_nginx", "nginx.py")
+synth, nginx_mod = run.synth, run.nginx_mod
 
 
 def cpu_times() -> tuple[float, float]:

@@ -35,17 +35,22 @@ from tests.hostile_server import (  # noqa: E402  (after the path set-up)
     Conn,
     HostileServer,
     Request,
+    calendar,
     close_at_once,
     drip,
     endless,
     fixed,
     gzip_bomb,
     header_flood,
+    link_page,
     page,
+    redirect_forever,
+    repeating_paths,
     reset_mid_body,
     response,
     routes,
     serves_robots,
+    session_ids,
     silent,
     stall_after_headers,
 )
@@ -55,36 +60,9 @@ MEASURE = (ROOT / "tests" / "test_soak.py").read_text().split('_MEASURE = """', 
 MEASURE = MEASURE.split('"""', 1)[0]
 
 
-def links(paths: list[str], text: str = "") -> bytes:
-    anchors = "".join(f'<a href="{h}">x</a>' for h in paths)
-    return page(f"<html><head><title>{os.urandom(6).hex()}</title></head>"
-                f"<body>{text}{anchors}</body></html>")
-
-
-async def calendar(conn: Conn, req: Request) -> None:
-    parts = req.path.strip("/").split("/")
-    year, month = (int(parts[1]), int(parts[2])) if len(parts) == 3 else (2026, 11)
-    nxt, prv = (year + month // 12, month % 12 + 1), (year - (month == 1), (month - 2) % 12 + 1)
-    await conn.send(links([f"/cal/{y}/{m:02d}/" for y, m in (prv, nxt, (year + 1, month))]))
-
-
-async def session_ids(conn: Conn, req: Request) -> None:
-    sid = os.urandom(8).hex()
-    await conn.send(links([f"/?sid={sid}", f"/a;jsessionid={sid}", f"/b?PHPSESSID={sid}"]))
-
-
-async def repeating(conn: Conn, req: Request) -> None:
-    await conn.send(links(["a/"]))
-
-
-async def redirect_forever(conn: Conn, req: Request) -> None:
-    n = int(req.path.rsplit("/", 1)[1] or 0) if req.path.startswith("/r/") else 0
-    await conn.send(response("302 Found", {"Location": f"/r/{n + 1}", "Content-Length": "0"}))
-
-
 async def storm_500(conn: Conn, req: Request) -> None:
     if req.path == "/":
-        await conn.send(links([f"/p{i}" for i in range(200)]))
+        await conn.send(link_page([f"/p{i}" for i in range(200)]))
     else:
         await conn.send(page("oops", "text/plain", "500 Internal Server Error"))
 
@@ -102,13 +80,13 @@ async def slow_headers(conn: Conn, req: Request) -> None:
 
 def hangs(fault: Any) -> Any:
     """A home page linking ten URLs that each hang the same way."""
-    return routes({"/": links([f"/h{i}" for i in range(10)])}, fault)
+    return routes({"/": link_page([f"/h{i}" for i in range(10)])}, fault)
 
 
 def healthy(pages: int) -> Any:
-    table: dict[str, bytes | Any] = {"/": links([f"/p{i}" for i in range(pages)])}
+    table: dict[str, bytes | Any] = {"/": link_page([f"/p{i}" for i in range(pages)])}
     for i in range(pages):
-        table[f"/p{i}"] = links([f"/p{(i + 1) % pages}"], f"page {i} " * 40)
+        table[f"/p{i}"] = link_page([f"/p{(i + 1) % pages}"], f"page {i} " * 40)
     return routes(table)
 
 
@@ -122,13 +100,13 @@ def faults(port_of: dict[str, int]) -> dict[str, Any]:
                 await conn.send(response("301 Moved", {"Location": target,
                                                        "Content-Length": "0"}))
             else:
-                await conn.send(links(["/x", "/y"]))
+                await conn.send(link_page(["/x", "/y"]))
         return serves_robots(fault)
 
     robots_table = {"/robots.txt": page("User-agent: *\nCrawl-delay: 1\n", "text/plain")}
     return {
         # traps
-        "calendar": calendar, "session-ids": session_ids, "repeating": repeating,
+        "calendar": calendar, "session-ids": session_ids, "repeating": repeating_paths,
         "redirect-chain": redirect_forever,
         "redirect-loop": routes({"/": page("", status="301 Moved", Location="/b"),
                                  "/b": page("", status="302 Found", Location="/")}),
@@ -144,7 +122,7 @@ def faults(port_of: dict[str, int]) -> dict[str, Any]:
         "header-flood": fixed(header_flood(5000)),
         "many-links": serves_robots(routes(  # 20,000 links, all disallowed
             {"/robots.txt": page("User-agent: *\nDisallow: /p\n", "text/plain"),
-             "/": links([f"/p{i}" for i in range(20_000)])}, fixed(links([])))),
+             "/": link_page([f"/p{i}" for i in range(20_000)])}, fixed(link_page([])))),
         # broken encodings and statuses
         "bad-status": fixed(b"HTTP/1.1 2OO OK\r\n\r\n"),
         "bad-chunks": fixed(response("200 OK", {"Transfer-Encoding": "chunked",
@@ -156,12 +134,12 @@ def faults(port_of: dict[str, int]) -> dict[str, Any]:
         # broken robots.txt
         "robots-garbage": serves_robots(routes({"/robots.txt": page(os.urandom(3000),
                                                                      "text/plain")},
-                                               fixed(links([])))),
+                                               fixed(link_page([])))),
         "robots-500": serves_robots(routes({"/robots.txt": page("", "text/plain",
                                                                 "500 Oops")},
-                                           fixed(links([])))),
+                                           fixed(link_page([])))),
         "robots-loop": serves_robots(routes({"/robots.txt": page(
-            "", "text/plain", "301 Moved", Location="/robots.txt")}, fixed(links([])))),
+            "", "text/plain", "301 Moved", Location="/robots.txt")}, fixed(link_page([])))),
         "robots-target": serves_robots(routes(robots_table, healthy(20))),
         **{f"robots-to-{i}": robots_to("robots-target") for i in range(4)},
         # healthy neighbours

@@ -25,7 +25,6 @@ not: must be 0). The directory: `--docs PATH`, else the first rustup toolchain's
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import statistics
@@ -33,22 +32,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 
 
-def _load(name: str, file: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(BENCH))
+import run  # noqa: E402  (bench/run.py: the driver, its loaders of site.py and nginx.py)
 
-
-run = _load("courtly_bench_run", "run.py")
 nginx_mod = run.nginx_mod
 
 BOOKS = ("book", "cargo", "reference", "nomicon", "edition-guide", "rustc", "rust-by-example",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import socket
 import struct
 import time
@@ -95,6 +96,13 @@ def page(
     hdrs = {"Content-Type": content_type, "Content-Length": str(len(data))}
     hdrs |= {k.replace("_", "-"): v for k, v in headers.items()}
     return response(status, hdrs, data)
+
+
+def link_page(links: list[str], text: str = "") -> bytes:
+    """A page with these links (and text); a unique title, so never a duplicate of another."""
+    anchors = "".join(f'<a href="{h}">x</a>' for h in links)
+    return page(f"<html><head><title>{os.urandom(8).hex()}</title></head>"
+                f"<body>{text}{anchors}</body></html>")
 
 
 # -- faults ------------------------------------------------------------------------------------
@@ -213,6 +221,34 @@ async def reset_mid_body(conn: Conn, req: Request) -> None:
 
 async def close_at_once(conn: Conn, req: Request) -> None:
     """Read the request and hang up without a byte."""
+
+
+# -- traps -------------------------------------------------------------------------------------
+async def calendar(conn: Conn, req: Request) -> None:
+    """/cal/Y/M/ links the previous and the next month and the next year, forever."""
+    parts = req.path.strip("/").split("/")
+    year, month = (int(parts[1]), int(parts[2])) if len(parts) == 3 else (2026, 11)
+    nxt = (year + month // 12, month % 12 + 1)
+    prv = (year - (month == 1), (month - 2) % 12 + 1)
+    links = [f"/cal/{y}/{m:02d}/" for y, m in (prv, nxt, (year + 1, month))]
+    await conn.send(link_page(links))
+
+
+async def session_ids(conn: Conn, req: Request) -> None:
+    """Every page links itself and one other page with a fresh session id, in both forms."""
+    sid = os.urandom(8).hex()
+    await conn.send(link_page([f"/?sid={sid}", f"/about;jsessionid={sid}",
+                               f"/cart?PHPSESSID={sid}&item=1"]))
+
+
+async def redirect_forever(conn: Conn, req: Request) -> None:
+    """/r/N redirects to /r/N+1."""
+    n = int(req.path.rsplit("/", 1)[1] or 0) if req.path.startswith("/r/") else 0
+    await conn.send(response("302 Found", {"Location": f"/r/{n + 1}", "Content-Length": "0"}))
+
+
+async def repeating_paths(conn: Conn, req: Request) -> None:
+    await conn.send(link_page(["a/"]))  # relative: /a/a/a/a/ ... forever
 
 
 # -- the server --------------------------------------------------------------------------------

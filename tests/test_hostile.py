@@ -38,7 +38,10 @@ from tests.hostile_server import (
     fixed,
     gzip_bomb,
     header_flood,
+    link_page,
     page,
+    redirect_forever,
+    repeating_paths,
     reset_mid_body,
     response,
     routes,
@@ -76,18 +79,6 @@ near = false
 """
 
 
-def link_page(links: list[str]) -> bytes:
-    """A page with these links; each page is different (no duplicate content)."""
-    anchors = "".join(f'<a href="{h}">x</a>' for h in links)
-    unique = os.urandom(8).hex()
-    return page(f"<html><head><title>{unique}</title></head><body>{anchors}</body></html>")
-
-
-async def redirect_forever(conn: Conn, req: Request) -> None:
-    n = int(req.path.rsplit("/", 1)[1] or 0) if req.path.startswith("/r/") else 0
-    await conn.send(response("302 Found", {"Location": f"/r/{n + 1}", "Content-Length": "0"}))
-
-
 async def calendar(conn: Conn, req: Request) -> None:
     """A calendar trap: every month links to the next and the previous one, forever."""
     parts = req.path.strip("/").split("/")
@@ -101,10 +92,6 @@ async def session_ids(conn: Conn, req: Request) -> None:
     """Every link carries a fresh session id."""
     sid = os.urandom(8).hex()
     await conn.send(link_page([f"/?sid={sid}", f"/about?sid={sid}"]))
-
-
-async def repeating_paths(conn: Conn, req: Request) -> None:
-    await conn.send(link_page(["a/"]))  # relative: /a/a/a/a/ ... forever
 
 
 async def many_links(conn: Conn, req: Request) -> None:

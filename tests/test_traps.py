@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,32 +9,7 @@ import pytest
 
 from courtly.policy import ShapeBudget, url_shape
 from tests.conftest import candidates, courtly, rows
-from tests.hostile_server import Conn, HostileServer, Request, page, routes
-
-
-def link_page(links: list[str], text: str = "") -> bytes:
-    """A page with these links and a unique title (never a duplicate of another)."""
-    anchors = "".join(f'<a href="{h}">x</a>' for h in links)
-    return page(f"<html><head><title>{os.urandom(8).hex()}</title></head>"
-                f"<body>{text}{anchors}</body></html>")
-
-
-async def calendar(conn: Conn, req: Request) -> None:
-    """/cal/Y/M/ links the previous and the next month and the next year, forever."""
-    parts = req.path.strip("/").split("/")
-    year, month = (int(parts[1]), int(parts[2])) if len(parts) == 3 else (2026, 11)
-    nxt = (year + month // 12, month % 12 + 1)
-    prv = (year - (month == 1), (month - 2) % 12 + 1)
-    links = [f"/cal/{y}/{m:02d}/" for y, m in (prv, nxt, (year + 1, month))]
-    await conn.send(link_page(links))
-
-
-async def session_ids(conn: Conn, req: Request) -> None:
-    """Every page links itself and one other page with a fresh session id, in both forms."""
-    sid = os.urandom(8).hex()
-    await conn.send(link_page([f"/?sid={sid}", f"/about;jsessionid={sid}",
-                               f"/cart?PHPSESSID={sid}&item=1"]))
-
+from tests.hostile_server import HostileServer, calendar, link_page, routes, session_ids
 
 COPY = link_page(["/copy-child"], "the same bytes on two URLs")
 
