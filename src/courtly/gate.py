@@ -5,7 +5,9 @@ and never twice at once); the gate holds it for the requests another origin's tu
 a robots.txt that redirects to another origin's robots.txt, one hop after another. A request
 waits while its target origin has one in flight and until that origin's next request time; once
 answered, the origin's next request waits its delay. Origins the crawl does not know (a redirect
-out of scope) are kept with the minimum delay, and forgotten once their time has passed.
+out of scope) are kept with the minimum delay, and forgotten once their time has passed. With a
+politeness key, the origins of one key are one gate: their next request time is their KeyGate's
+(scheduler.py), and one request is in flight for all of them.
 """
 
 from __future__ import annotations
@@ -28,25 +30,32 @@ class Gate:
     def __init__(self, crawlers: Mapping[str, OriginCrawler], rules: Politeness) -> None:
         self._crawlers = crawlers
         self._rules = rules
-        self._busy: dict[str, list[asyncio.Future[None]]] = {}  # origin → waiters
+        self._busy: dict[str, list[asyncio.Future[None]]] = {}  # gate key → waiters
         self._foreign: dict[str, float] = {}  # origin not crawled → its next request time
 
     @asynccontextmanager
     async def request(self, origin: str) -> AsyncIterator[None]:
         """Hold `origin` for one request: wait for its turn, and start its delay when done."""
-        await self._enter(origin)
+        key = await self._enter(origin)
         try:
             yield
         finally:
-            self._leave(origin, time.monotonic())
+            self._leave(origin, key, time.monotonic())
+
+    def _key(self, origin: str) -> str:
+        """The origin's politeness key, once its gate is known (else the origin itself)."""
+        crawler = self._crawlers.get(origin)
+        return origin if crawler is None or crawler.gate is None else crawler.gate.key
 
     def _ready_at(self, origin: str) -> float:
         crawler = self._crawlers.get(origin)
         return crawler.next_request_at if crawler is not None else self._foreign.get(origin, 0.0)
 
-    async def _enter(self, origin: str) -> None:
+    async def _enter(self, origin: str) -> str:
+        """Wait until no request of the origin's key is in flight and its time has come."""
         while True:
-            waiters = self._busy.get(origin)
+            key = self._key(origin)
+            waiters = self._busy.get(key)
             if waiters is not None:  # another request to it is in flight: wait for its end
                 waiter = asyncio.get_running_loop().create_future()
                 waiters.append(waiter)
@@ -54,11 +63,11 @@ class Gate:
                 continue
             wait = self._ready_at(origin) - time.monotonic()
             if wait <= 0:
-                self._busy[origin] = []
-                return
+                self._busy[key] = []
+                return key
             await asyncio.sleep(wait)
 
-    def _leave(self, origin: str, answered: float) -> None:
+    def _leave(self, origin: str, key: str, answered: float) -> None:
         crawler = self._crawlers.get(origin)
         if crawler is not None:
             delay = delay_for(crawler, self._rules)
@@ -67,6 +76,6 @@ class Gate:
             if len(self._foreign) >= _FOREIGN_KEPT:
                 self._foreign = {o: t for o, t in self._foreign.items() if t > answered}
             self._foreign[origin] = answered + self._rules.min_delay
-        for waiter in self._busy.pop(origin):
+        for waiter in self._busy.pop(key):
             if not waiter.done():
                 waiter.set_result(None)
