@@ -41,7 +41,9 @@ def long_site(serve: Any, names: tuple[str, ...] = ("alpha", "beta")) -> LocalSi
 
 
 def crawl_args(site: LocalSite, db: Path) -> list[str]:
-    return ["crawl", *(site.url(n) for n in site.origins), "--db", db, "--min-delay", "0.08",
+    """A crawl of about 30 s an origin: long enough to outlast a slow start of Chromium on a busy
+    machine (the tests stop it when done)."""
+    return ["crawl", *(site.url(n) for n in site.origins), "--db", db, "--min-delay", "0.2",
             "--progress", "off"]
 
 
@@ -90,8 +92,8 @@ def test_metrics_of_a_live_crawl_grow_between_two_scrapes(serve: Any, tmp_path: 
 def test_the_page_of_a_live_crawl_in_chromium(serve: Any, tmp_path: Path) -> None:
     site = long_site(serve)
     alpha = site.url("alpha", "")
-    with serving(*crawl_args(site, tmp_path / "crawl.db"), "--serve", "0") as crawl, \
-            chromium() as browser:
+    with chromium() as browser, \
+            serving(*crawl_args(site, tmp_path / "crawl.db"), "--serve", "0") as crawl:
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         scripts_errors: list[str] = []
         page.on("pageerror", lambda exc: scripts_errors.append(str(exc)))
