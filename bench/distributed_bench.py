@@ -12,8 +12,9 @@ delay (the crawler and the database, not the delay, are the limit). For each it 
   about a second of imports, is not counted);
 - coverage: distinct URLs crawled, and URLs crawled more than once;
 - statements and round trips a crawl action (the workers' own counters, `-v` log line);
-- CPU ms a page of the crawl processes and of PostgreSQL, and the machine's CPU use (all cores,
-  every process: the machine may be shared);
+- CPU ms a page of the crawl processes and of PostgreSQL: the crawl's own server processes
+  (found by their application_name, sampled every 0.1 s), not the other clients of a shared
+  server; the machine's CPU use (all cores, every process: the machine may be shared);
 - pages per worker, and the largest deviation from their mean.
 
 Needs the PostgreSQL server of the tests (COURTLY_TEST_POSTGRES, default 127.0.0.1:5432/test).
@@ -29,6 +30,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -65,36 +67,65 @@ def cpu_times() -> tuple[float, float]:
     return sum(fields) - idle, sum(fields)
 
 
-def postgres_cpu() -> float:
-    """CPU seconds (user + sys) of every postgres process on this machine, from /proc."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        if name.startswith("postgres"):
-            fields = stat[stat.index(")") + 2:].split()
-            total += sum(int(x) for x in fields[11:15]) / tick  # incl. exited backends
-    return total
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + sys) of one process, from /proc; None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+
+class BackendCpu(threading.Thread):
+    """The CPU of the PostgreSQL server processes serving one crawl schema (their
+    application_name is `courtly:SCHEMA`), sampled until stopped: a process's last sample
+    counts (its last 0.1 s may be missed)."""
+
+    def __init__(self, schema: str | None) -> None:
+        super().__init__(daemon=True)
+        self.app = f"courtly:{schema or ''}"
+        self.seen: dict[int, float] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(BASE, autocommit=True) as admin:
+            while not self.done.is_set():
+                pids = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name "
+                                     "= %s", (self.app,)).fetchall()
+                for (pid,) in pids:
+                    cpu = process_cpu(pid)
+                    if cpu is not None:
+                        self.seen[pid] = cpu
+                self.done.wait(0.1)
+
+    def stop(self) -> float:
+        self.done.set()
+        self.join()
+        return sum(self.seen.values())
 
 
 class Measure:
-    """CPU of the children, of PostgreSQL and of the machine between start and stop."""
+    """CPU of the children, of the crawl's PostgreSQL processes and of the machine between
+    start and stop."""
+
+    def __init__(self, schema: str | None = None) -> None:
+        self.backends = BackendCpu(schema) if schema else None
+        self.pg_cpu = 0.0
 
     def __enter__(self) -> Measure:
         self.busy0, self.total0 = cpu_times()
         self.usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        self.pg0 = postgres_cpu()
+        if self.backends is not None:
+            self.backends.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         busy1, total1 = cpu_times()
-        self.pg_cpu = postgres_cpu() - self.pg0
+        if self.backends is not None:
+            self.pg_cpu = self.backends.stop()
         self.crawl_cpu = (usage1.ru_utime - self.usage0.ru_utime) + (
             usage1.ru_stime - self.usage0.ru_stime)
         self.machine = (busy1 - self.busy0) / max(1.0, total1 - self.total0)
@@ -159,7 +190,7 @@ def run_workers(seeds: list[str], workers: int, toml: Path, concurrency: int) ->
                    capture_output=True)
     cmd = [py, "-m", "courtly", "-v", "worker", "--db", url, "--min-delay", "0",
            "--concurrency", str(concurrency), "--config", str(toml)]
-    with Measure() as m:
+    with Measure(schema) as m:
         errs = _wait([subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                        text=True) for _ in range(workers)])
     statements = round_trips = 0

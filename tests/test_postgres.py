@@ -27,7 +27,7 @@ from courtly.model import CrawlAction, ExitCode, Link
 from courtly.pageworker import compress
 from courtly.site import Page, html
 from courtly.store import StoreError, open_store
-from courtly.store.postgres import PostgresStore, database_exists, split_url
+from courtly.store.postgres import ANY_KEY, PostgresStore, database_exists, split_url
 from courtly.store.schema import MIGRATIONS
 from tests.conftest import courtly, courtly_process, fetched_paths, rows
 from tests.pgserver import PgUrl
@@ -108,6 +108,20 @@ def test_a_server_limit_is_a_database_error_not_a_lost_connection(pg_url: PgUrl)
         ]
     finally:
         store.close()
+
+
+def test_the_near_duplicate_probe_reads_the_index_before_any_statistics(pg_url: PgUrl) -> None:
+    """A new crawl's band keys have no statistics yet: the probe of a page's keys must still
+    use the index, not read the whole table (once a page, growing with the crawl)."""
+    PostgresStore(pg_url).close()
+    conninfo, schema = split_url(pg_url)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {schema}")
+        conn.execute("INSERT INTO near_dup_keys (key, candidate) "
+                     "SELECT g * 7919, g FROM generate_series(1, 30000) AS g")
+        plan = conn.execute("EXPLAIN " + ANY_KEY, ([1, 2, 3, 4, 5, 6, 7, 8],)).fetchall()
+    shown = "\n".join(r[0] for r in plan)
+    assert "Seq Scan on near_dup_keys" not in shown and "near_dup_keys_6_pkey" in shown, shown
 
 
 def test_a_dropped_connection_is_reconnected(pg_url: PgUrl) -> None:
