@@ -165,7 +165,8 @@ class PostgresSql(SqlStore):
         self._in_tx = False
         self._idle_ms = 5000  # idle_in_transaction_session_timeout
         self._session: list[str] = []  # settings made again on a new connection
-        self._piped = False  # statements are being queued in pipeline mode (write_batch)
+        #: write_batch's statements by query, sent with executemany at its end (in pipeline mode)
+        self._batch: dict[str, list[tuple[Any, ...]]] | None = None
         self._sql_cache: dict[str, str] = {}
         #: statements sent and round trips waited for (bench/distributed_bench.py reports them)
         self.statements = 0
@@ -250,13 +251,13 @@ class PostgresSql(SqlStore):
         """Run a statement; outside a transaction a lost connection is reconnected and retried
         (inside one it is ConnectionLost: the caller retries the whole transaction)."""
         self.statements += statements
-        self.round_trips += not self._piped
+        self.round_trips += self._batch is None
         while True:
             conn = self._live()
             try:
                 return run(conn)
             except psycopg.Error as exc:
-                if self._piped:
+                if self._batch is not None:
                     raise  # write_batch tells a refused fence from the rest
                 if not isinstance(exc, psycopg.OperationalError) or not conn.broken:
                     raise _error(exc, self.path) from None
@@ -268,12 +269,18 @@ class PostgresSql(SqlStore):
 
     def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
         query = self._q(sql)
+        if self._batch is not None and not sql.startswith("SELECT"):  # its answer is not read
+            self._batch.setdefault(query, []).append(tuple(params))
+            return None
         return self._retrying(lambda conn: conn.execute(query, tuple(params)))
 
     def _xmany(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
         if not rows:
             return 0
         query = self._q(sql)
+        if self._batch is not None:
+            self._batch.setdefault(query, []).extend(rows)
+            return len(rows)
 
         def run(conn: psycopg.Connection[Any]) -> int:
             cur = conn.cursor()
@@ -360,7 +367,7 @@ class PostgresBatches(PostgresSql):
 
     def _pipelined(self, writes: list[Write], leases: list[tuple[int, int]]) -> None:
         conn = self._live()
-        self._in_tx = self._piped = True
+        self._in_tx, self._batch = True, {}
         failure: psycopg.Error | None = None
         try:
             with conn.pipeline():
@@ -371,13 +378,20 @@ class PostgresBatches(PostgresSql):
                                      (self.worker, [p for p, _ in leases], [e for _, e in leases]))
                     for w in writes:
                         self._write_rows(w)
+                    # each statement once for all its rows: 3× less of psycopg's time a row
+                    # than one execute each; in the order the statements first came (a crawl
+                    # action's own order holds: only two actions of one URL could see theirs
+                    # interleaved, and an origin has at most one action a batch)
+                    for query, rows in self._batch.items():
+                        conn.cursor().executemany(query, rows)
+                        self.statements += len(rows)
                     conn.execute("COMMIT")
                 except psycopg.Error as exc:  # the first error; the pipeline's end reports it too
                     failure = exc
         except psycopg.Error as exc:
             failure = failure or exc
         finally:
-            self._in_tx = self._piped = False
+            self._in_tx, self._batch = False, None
         if failure is not None:
             self.seen.clear()
             if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
