@@ -12,7 +12,6 @@ import logging
 import signal
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from courtly import clock, outcome
 from courtly.config import CrawlConfig
@@ -21,8 +20,7 @@ from courtly.errors import describe
 from courtly.fetch import Fetcher, FetchError, HttpResponse, LocalError
 from courtly.gate import Gate
 from courtly.links import Links, request_of
-from courtly.model import COMPLETED, Candidate, CrawlAction, ExitCode, OriginState
-from courtly.policy import Policy, ShapeBudget
+from courtly.model import COMPLETED, Candidate, CrawlAction, ExitCode
 from courtly.robots_cache import RobotsCache
 from courtly.scheduler import (
     Ending,
@@ -36,29 +34,14 @@ from courtly.scheduler import (
     todo_batch,
 )
 from courtly.stats import CrawlStats, Stop, StopKind
+from courtly.steering import Fleet, Steering
 from courtly.store import Store, StoreError
-from courtly.store.base import Write
 from courtly.store.database import Database, StrategyStore
 from courtly.strategy import CrawlingStrategy, StoreContext
 from courtly.urls import host_of, origin_of
 from courtly.warc import CrawlArchive
 
 log = logging.getLogger("courtly")
-
-
-class Fleet(Protocol):
-    """The fleet (distributed.Worker); `follow` drives rescope, take_over, fleet_finished.
-
-    `join` runs on the database thread; `lease` gives the (partition, epoch) a write for an
-    origin is fenced with; `refused` hears of writes the database refused (a lease was lost).
-    """
-
-    def join(self) -> int: ...
-    def owns(self, origin: str) -> bool: ...
-    def lease(self, origin: str) -> tuple[int, int] | None: ...
-    def refused(self, writes: list[Write]) -> None: ...
-    def new_origin(self, origin: str) -> None: ...
-    async def follow(self, crawl: Crawler) -> None: ...
 
 
 class Crawler:
@@ -69,40 +52,37 @@ class Crawler:
         on_progress: Callable[[CrawlStats], None] | None = None, fleet: Fleet | None = None,
     ) -> None:
         self.config = config
-        self.fleet = fleet  # distributed mode: the origins our leases give us
-        self._fleet_done = False
         self.store = store
-        self.db = Database(store, fleet.lease, fleet.refused, self._database_failed) if fleet \
-            else Database(store)
+        self.db = Database(store, fleet.lease, fleet.refused) if fleet else Database(store)
         self.strategy = strategy
-        self.origins = store.configured_origins()
-        self.policy = Policy(config.policies, config.traps, [o + "/" for o in self.origins])
-        self.stats = CrawlStats(origins_total=len(self.origins))
+        self.stats = CrawlStats()
         self.on_progress = on_progress
         keys = key_of(config.politeness.politeness_key, lambda h, p: self.fetcher.address_of(h, p))
         self.turns = Turns(config.concurrency, self._turn, self._stop_for, self.stats, keys)
         self.crawlers = self.turns.crawlers
+        self.steering = Steering(config, store, self.db, self.turns, self.stats, fleet)
         self.gate = Gate(self.crawlers, config.politeness)  # whichever origin asks (gate.py)
-        self._loop: asyncio.AbstractEventLoop
         self.fetcher: Fetcher
         self._opened: set[str] = set()  # origins whose strategy.origin_opened was called
         self.robots = RobotsCache(config, self.db)
-        self.links = Links(strategy, self.db, self.policy, config.normalize, self._admit)
+        self.links = Links(strategy, self.db, self.steering.policy, config.normalize,
+                           self.steering.admit)
         self.content = ContentReader(config, self.db, strategy, self.links)
         strategy.bind(StoreContext(StrategyStore(self.db), self.turns.live_state))
-        self.warc = CrawlArchive.of(config.warc, store)  # crawl --warc, as actions are recorded
+        self.warc = CrawlArchive.of(config.warc, store, lambda exc: self._stop_for(None, exc))
 
     async def run(self) -> CrawlStats:
         """Crawl until every origin is finished, the budget is spent, or a signal arrives."""
-        self._loop = loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         try:
-            self.run_id = await self.db.call(
-                self.fleet.join if self.fleet is not None else self.store.begin_run)
+            self.run_id = await self.steering.begin()
         except BaseException:
             self.db.close()
             raise
+        self.db.stop_on_failure(lambda exc: self._stop_for(None, exc))
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stop, StopKind.SIGNAL, f"stopped by {sig.name}")
+            loop.add_signal_handler(sig, self.stop,
+                                    Stop(StopKind.SIGNAL, f"stopped by {sig.name}"))
         try:  # a signal during the shut-down is handled too: it is already stopping
             return await self._crawl_until_done()
         finally:
@@ -114,12 +94,10 @@ class Crawler:
         # the address guard lets through the seeds' own hosts, not the origins found in scope
         hosts = {host_of(o + "/") for o in await self.db.call(self.store.seed_origins)}
         async with Fetcher.for_crawl(self.config, hosts) as self.fetcher:
-            for origin in self.origins if self.fleet is None else ():
-                self._add_crawler(origin, await self.db.load_origin(origin))
             self.store.commit_interval = self.config.commit_interval
-            jobs = [self._housekeeping(), *([self.fleet.follow(self)] if self.fleet else [])]
             try:
-                await self.turns.run(lambda: self.fleet is not None and not self._fleet_done, jobs)
+                await self.turns.run(self.steering.more, [self._housekeeping(),
+                                                         *self.steering.jobs()])
             finally:
                 await self.turns.drain()
                 self.content.close()
@@ -146,19 +124,11 @@ class Crawler:
             self.on_progress(self.stats)
         return self.stats
 
-    def stop(self, kind: StopKind, text: str) -> None:
+    def stop(self, stop: Stop) -> None:
         """Stop dispatching new turns; in-flight requests get a short grace period."""
         if self.stats.stop is None:
-            self.stats.stop = Stop(kind, text)
+            self.stats.stop = stop
         self.turns.stop()
-
-    def _add_crawler(self, origin: str, state: OriginState, taken_over: bool = False) -> None:
-        traps, rules = self.config.traps, self.config.politeness
-        crawler = OriginCrawler(origin, state, patience=rules.patience, shapes=ShapeBudget(
-            traps.max_actions_per_shape, traps.shape_depth_slack))
-        if taken_over:  # from another worker, whose last request may be recent
-            crawler.next_request_at = time.monotonic() + delay_for(crawler, rules)
-        self.turns.add(crawler, time.monotonic() + max(0.0, state.backoff_until - clock.now()))
 
     def _stop_for(self, crawler: OriginCrawler | None, exc: Exception) -> None:
         """A turn (of `crawler`) or a helper task raised: the crawl stops with one line."""
@@ -166,20 +136,7 @@ class Crawler:
             crawler.patience = 0  # finished for this run (our machine's error is not the site's)
         stop = Stop.of(exc)
         log.info("%s", stop.text, exc_info=exc if log.isEnabledFor(logging.DEBUG) else None)
-        self.stop(stop.kind, stop.text)
-
-    def _admit(self, url: str, origin: str) -> None:
-        """A link to `origin`: a finished crawler is reopened, a new origin in scope added."""
-        known = self.crawlers.get(origin)
-        if known is not None:
-            if known.finished and self.fleet is None:
-                self.turns.reopen(known)
-        elif self.policy.origin_for(url) == origin:
-            if self.fleet is not None:
-                self.fleet.new_origin(origin)  # crawled by its partition's owner
-            else:
-                self.db.add_origins([origin])
-                self._add_crawler(origin, self.db.wait(self.store.load_origin, origin))
+        self.stop(stop)
 
     # -- one turn of one origin ----------------------------------------------------------
     async def _turn(self, crawler: OriginCrawler) -> float | None:
@@ -193,7 +150,8 @@ class Crawler:
     async def _give_up(self, crawler: OriginCrawler) -> float | None:
         """Record a batch of the URLs an origin given up has left (ORIGIN_GIVEN_UP, no budget)."""
         left = crawler.todo or await self.db.take_todo(
-            crawler.origin, self.run_id, max(1, self.strategy.todo_batch), self.due_time())
+            crawler.origin, self.run_id, max(1, self.strategy.todo_batch),
+            self.steering.due_time())
         crawler.todo = []
         for action in outcome.given_up(left, crawler, clock.now()):
             await self._record(crawler, action, budgeted=False)
@@ -204,7 +162,7 @@ class Crawler:
         if crawler.patience <= 0:
             crawler.ending = crawler.ending or Ending(EndKind.OUT_OF_PATIENCE, "out of patience")
             return None
-        if not self._owned(crawler):
+        if not self.steering.owns(crawler.origin):
             return None
         if self.robots.due(crawler):
             if time.monotonic() < crawler.next_request_at:
@@ -220,7 +178,7 @@ class Crawler:
             self.db.add_links(crawler.origin,
                               self.links.opened(crawler.origin, list(crawler.state.sitemaps)))
         candidate = await self._next_candidate(crawler)
-        if candidate is None or not self._owned(crawler):
+        if candidate is None or not self.steering.owns(crawler.origin):
             return None
         if time.monotonic() < crawler.next_request_at:
             crawler.todo.insert(0, candidate)
@@ -231,7 +189,7 @@ class Crawler:
             return None
         await self._record(crawler, action)
         if self.strategy.finished():
-            self.stop(StopKind.GOAL, "the strategy reached its goal")
+            self.stop(Stop(StopKind.GOAL, "the strategy reached its goal"))
         return None if crawler.patience <= 0 else crawler.next_request_at
 
     async def _get_robots(self, url: str) -> HttpResponse:
@@ -240,25 +198,20 @@ class Crawler:
         async with self.gate.request(origin_of(url)):
             return await self.fetcher.get(url, max_body=self.config.robots.max_size, truncate=True)
 
-    def _owned(self, crawler: OriginCrawler) -> bool:
-        """In a fleet: our lease on the origin's partition still holds (else the turn ends: the
-        partition is being handed over, or the lease is in doubt)."""
-        return self.fleet is None or self.fleet.owns(crawler.origin)
-
     async def _next_candidate(self, crawler: OriginCrawler) -> Candidate | None:
         """The next URL to fetch: refill the todo list, log the ones policy or robots refuse."""
         while not self.turns.stopping:
-            if self._stop_if_budget_spent():
+            if self._spent():
                 return None
             if not crawler.todo:
                 batch = todo_batch(crawler, self.strategy.todo_batch, self.config.politeness)
                 crawler.todo = await self.db.take_todo(crawler.origin, self.run_id, batch,
-                                                       self.due_time())
+                                                       self.steering.due_time())
                 if not crawler.todo:
                     return None
             candidate = crawler.todo.pop(0)
-            refused = outcome.refusal(candidate.url, candidate.depth, self.policy, crawler.robots,
-                                      crawler.shapes)
+            refused = outcome.refusal(candidate.url, candidate.depth, self.steering.policy,
+                                      crawler.robots, crawler.shapes)
             if refused is None:
                 return candidate
             action = CrawlAction(candidate, crawler.origin, refused.exit_code, clock.now(),
@@ -266,17 +219,12 @@ class Crawler:
             await self._record(crawler, action)
         return None
 
-    def due_time(self) -> float:
-        """Candidates due before this wall-clock time are taken (all with --force-recrawl)."""
-        return float("inf") if self.config.force_recrawl else clock.now()
-
-    def _stop_if_budget_spent(self) -> bool:
+    def _spent(self) -> bool:
         """Stop the crawl when --max-actions is used up (actions in flight count)."""
-        budget = self.config.max_actions
-        if budget and self.stats.actions + self.stats.in_flight - 1 >= budget:
-            self.stop(StopKind.BUDGET, f"budget of {budget} crawl actions spent")
-            return True
-        return False
+        stop = self.stats.spent(self.config.max_actions)
+        if stop is not None:
+            self.stop(stop)
+        return stop is not None
 
     # -- one crawl action ----------------------------------------------------------------
     async def _crawl(self, crawler: OriginCrawler, candidate: Candidate) -> CrawlAction | None:
@@ -287,7 +235,7 @@ class Crawler:
         result: outcome.Answer
         try:
             async with self.gate.request(crawler.origin):
-                if not self._owned(crawler):
+                if not self.steering.owns(crawler.origin):
                     return None
                 self.stats.requests += 1
                 crawler.pages_this_run += 1
@@ -345,41 +293,11 @@ class Crawler:
             action.recrawl_interval = settled.recrawl_interval
             action.next_due = action.started + settled.recrawl_interval
         await self.db.record(action, self.run_id)
-        if self.warc is not None:  # read back as written (the database thread's order)
-            self.db.later(self.warc.keep, action).add_done_callback(self._archived)
+        if self.warc is not None:
+            self.warc.recorded(self.db, action)
         self.strategy.domain_metadata.flush()
         self.stats.recorded(action, budgeted)  # ORIGIN_GIVEN_UP costs no --max-actions budget
-        self._stop_if_budget_spent()  # now, not when this origin's next turn comes
-
-    def rescope(self, origins: list[str]) -> None:
-        """(Fleet.follow) The configured origins changed (seeds were added): the scope follows."""
-        if origins != self.origins:
-            self.origins = origins
-            self.policy = self.links.policy = Policy(self.config.policies, self.config.traps,
-                                                     [o + "/" for o in origins])
-            self.stats.origins_total = len(origins)
-
-    async def take_over(self, origin: str) -> None:
-        """An origin of our leases with work: crawl it (the last owner's request may be recent)."""
-        if origin not in self.crawlers:
-            self._add_crawler(origin, await self.db.load_origin(origin), taken_over=True)
-
-    def fleet_finished(self) -> None:
-        """The fleet has no work left: the loop ends when its turns do."""
-        self._fleet_done = True
-        self.turns.wake()
-
-    def _archived(self, done: asyncio.Future[str | None]) -> None:
-        """A crawl action's WARC records were written, or that failed: the crawl stops."""
-        exc = done.exception()
-        if isinstance(exc, Exception):
-            self._stop_for(None, exc)
-        elif (failed := done.result()) is not None:
-            self.stop(StopKind.ARCHIVE_ERROR, failed)
-
-    def _database_failed(self, exc: StoreError) -> None:
-        """The database thread gave up (the server stayed away past the limit): stop."""
-        self._loop.call_soon_threadsafe(self._stop_for, None, exc)
+        self._spent()  # now, not when this origin's next turn comes
 
     async def _housekeeping(self) -> None:
         """Commit the writes group commit held back, and report progress twice a second."""

@@ -3,8 +3,9 @@
 Registered domains hash into a fixed number of partitions. A worker leases its fair share of them
 (lease rows with an expiry renewed by a heartbeat) and crawls only the configured origins of the
 partitions it holds; links for other partitions are written to the database for their owner.
-`Worker.follow` polls (on the database thread) every `interval` seconds; the crawler asks
-`Worker.owns` before each turn and each request, and fences each write with `Worker.lease`.
+`Worker.follow` polls (on the database thread) every `interval` seconds and drives the crawl
+through `steering.Steering`; the crawl asks `Worker.owns` before each turn and each request, and
+fences each write with `Worker.lease`.
 docs/distributed.md explains the protocol, fencing, failover and the exit rule.
 Configuration: the `[fleet]` section (lease_seconds, partitions, reconnect_seconds).
 """
@@ -28,6 +29,7 @@ import xxhash
 from courtly.crawler import Crawler
 from courtly.scheduler import FOR_THE_RUN, OriginCrawler
 from courtly.stats import CrawlStats
+from courtly.steering import Steering
 from courtly.store.base import StoreError, Write
 from courtly.store.postgres import PostgresStore
 from courtly.store.thread import DatabaseThread
@@ -210,7 +212,7 @@ class Worker:
             return Plan(work, scope=changed)
         return Plan(done=store.fleet_done(self.id, self.run, due), scope=changed)
 
-    async def follow(self, crawl: Crawler) -> None:
+    async def follow(self, crawl: Steering) -> None:
         """Hand the crawl the origins our leases give it, until the fleet is done; a turn of an
         origin whose lease is lost or in doubt is cancelled (it never outlives the lease)."""
         polls = DatabaseThread(self.store)  # its own connection: writes never delay a renewal
@@ -219,26 +221,26 @@ class Worker:
         finally:
             polls.close()
 
-    async def _follow(self, crawl: Crawler, polls: DatabaseThread) -> None:
+    async def _follow(self, crawl: Steering, polls: DatabaseThread) -> None:
         while not crawl.turns.stopping:
             finished = crawl.turns.forget_finished()
-            plan = await polls.call(self.poll, list(crawl.crawlers), finished,
+            plan = await polls.call(self.poll, list(crawl.turns.crawlers), finished,
                                     crawl.stats.actions, crawl.due_time(), crawl.turns.running())
             if plan.scope is not None:  # seeds were added
                 crawl.rescope(plan.scope)
             for origin in plan.origins:
                 await crawl.take_over(origin)
             if plan.done:
-                crawl.fleet_finished()
+                crawl.finish()
                 return
             # poll again after the interval (within a second when idle or while the shares
             # move), or as soon as the last origin crawler finishes
-            busy = bool(crawl.crawlers)
+            busy = bool(crawl.turns.crawlers)
             settled = busy and not self.releasing and len(self.held) >= self._share
             end = time.monotonic() + (self.interval if settled else min(self.interval, 1.0))
             while time.monotonic() < end and not crawl.turns.stopping:
                 crawl.turns.revoke(self.holds)
-                if busy and all(c.finished for c in crawl.crawlers.values()):
+                if busy and all(c.finished for c in crawl.turns.crawlers.values()):
                     break
                 await asyncio.sleep(0.02)
 

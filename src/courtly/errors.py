@@ -45,3 +45,7 @@ class LocalError(Exception):
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
+
+
+class ArchiveError(Exception):
+    """A WARC file could not be written (crawl --warc): the crawl stops."""

@@ -34,7 +34,7 @@ class Links:
     ) -> None:
         self.strategy = strategy
         self.db = db
-        self.policy = policy  # replaced when the configured origins change (fleet)
+        self.policy = policy  # rescoped in place when a fleet's seeds are added (steering.py)
         self.rules = rules
         self.admit = admit
         self.base_handlers = strategy.has_base_link_handlers()

@@ -178,20 +178,7 @@ class Policy:
         """Derive the scope from the seeds (absolute URLs) and compile every rule."""
         self.scope = policies.scope
         self.traps = traps
-        self.origins: frozenset[str] = frozenset()
-        self.hosts: frozenset[str] = frozenset()
-        self.domains: frozenset[str] = frozenset()
-        origins, hosts = set(), set()
-        for seed in seeds:
-            try:
-                origins.add(origin_of(seed))
-                hosts.add(host_of(seed))
-            except ValueError:
-                continue
-        self.origins, self.hosts = frozenset(origins), frozenset(hosts)
-        if self.scope == "domain":  # the public suffix list loads on first use: only if needed
-            self.domains = frozenset(registered_domain(h) for h in hosts)
-        self._scope_cache: dict[str, str | None] = {}
+        self.rescope(seeds)
         self._lists = (
             [("do_not_crawl", p) for p in policies.do_not_crawl]
             + [("deny", p) for p in policies.deny]
@@ -200,6 +187,21 @@ class Policy:
         self._matcher = _Matcher([p for _, p in self._lists])
         self._has_allow = bool(policies.allow)
         self._query_rules = [_query_rule(e) for e in policies.url_query_parameters]
+
+    def rescope(self, seeds: Iterable[str]) -> None:
+        """The scope of these seeds (absolute URLs) from now on (a fleet's seeds were added)."""
+        origins, hosts = set(), set()
+        for seed in seeds:
+            try:
+                origins.add(origin_of(seed))
+                hosts.add(host_of(seed))
+            except ValueError:
+                continue
+        self.origins, self.hosts = frozenset(origins), frozenset(hosts)
+        self.domains: frozenset[str] = frozenset()
+        if self.scope == "domain":  # the public suffix list loads on first use: only if needed
+            self.domains = frozenset(registered_domain(h) for h in hosts)
+        self._scope_cache: dict[str, str | None] = {}
 
     def _origin_in_scope(self, url: str) -> str | None:
         """The URL's origin if it is in scope, else None (uncached)."""

@@ -10,7 +10,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from courtly.errors import LocalError, describe
+from courtly.errors import ArchiveError, LocalError, describe
 from courtly.model import COMPLETED, CrawlAction, ExitCode
 from courtly.store.base import ConnectionLost, StoreError
 
@@ -59,6 +59,8 @@ class Stop:
             return cls(kind, f"database error: {exc}")
         if isinstance(exc, LocalError):
             return cls(StopKind.LOCAL_ERROR, f"local error: {exc.detail}")
+        if isinstance(exc, ArchiveError):
+            return cls(StopKind.ARCHIVE_ERROR, str(exc))
         return cls(StopKind.INTERNAL_ERROR, f"internal error: {describe(exc)}")
 
     @property
@@ -104,6 +106,13 @@ class CrawlStats:
     def stop_reason(self) -> str:
         """Why the crawl stopped, in one line ("" while it runs)."""
         return "" if self.stop is None else self.stop.text
+
+    def spent(self, budget: int) -> Stop | None:
+        """The stop of a crawl whose --max-actions `budget` is used up, asked by a turn: the
+        actions in flight count, but its own (None: not spent, or no budget)."""
+        if budget and self.actions + self.in_flight - 1 >= budget:
+            return Stop(StopKind.BUDGET, f"budget of {budget} crawl actions spent")
+        return None
 
     def recorded(self, action: CrawlAction, budgeted: bool = True) -> None:
         """Count a crawl action the store has recorded (budgeted: it counts in --max-actions)."""

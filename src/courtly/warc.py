@@ -30,12 +30,15 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 import zstandard
 
 from courtly import __version__
-from courtly.errors import one_line
+from courtly.errors import ArchiveError, one_line
 from courtly.model import CrawlAction, StoredPage, StoredRevisit
 
 if TYPE_CHECKING:
+    import asyncio
+
     from courtly.config import Warc
     from courtly.store import Store
+    from courtly.store.database import Database
 
 #: a 304's revisit (WARC 1.1, 6.7.2), and an identical payload's (6.7.1)
 NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
@@ -268,28 +271,41 @@ def archive_action(files: Records, store: Store, action: CrawlAction) -> None:
 
 
 class CrawlArchive:
-    """`crawl --warc`: each recorded crawl action's records, written as it is recorded."""
+    """`crawl --warc`: each recorded crawl action's records, written as it is recorded; a
+    failure (ArchiveError, or a bug) goes to `failed`, which stops the crawl."""
 
-    def __init__(self, files: WarcFiles, store: Store) -> None:
+    def __init__(self, files: WarcFiles, store: Store, failed: Callable[[Exception], None]
+                 ) -> None:
         self.files = files
         self.store = store
+        self.failed = failed
 
     @classmethod
-    def of(cls, config: Warc, store: Store) -> CrawlArchive | None:
+    def of(cls, config: Warc, store: Store, failed: Callable[[Exception], None]
+           ) -> CrawlArchive | None:
         """The crawl's archive, or None without a WARC directory."""
         if config.dir is None:
             return None
-        return cls(WarcFiles(config.dir, config.max_size, config.prefix), store)
+        return cls(WarcFiles(config.dir, config.max_size, config.prefix), store, failed)
 
-    def keep(self, action: CrawlAction) -> str | None:
-        """Write the action's records; why they could not be written (one line), or None."""
+    def recorded(self, db: Database, action: CrawlAction) -> None:
+        """The action was recorded: its records are written after it, read back as written
+        (on the database thread, in its order)."""
+        db.later(self.keep, action).add_done_callback(self._kept)
+
+    def keep(self, action: CrawlAction) -> None:
+        """Write the action's records (ArchiveError: they could not be written)."""
         if action.exchange is None:
-            return None
+            return
         try:
             archive_action(self.files, self.store, action)
         except OSError as exc:
-            return f"cannot write WARC file: {one_line(exc)}"
-        return None
+            raise ArchiveError(f"cannot write WARC file: {one_line(exc)}") from None
+
+    def _kept(self, done: asyncio.Future[None]) -> None:
+        exc = done.exception()
+        if isinstance(exc, Exception):
+            self.failed(exc)
 
     def close(self) -> None:
         """Close the last file (and index it)."""

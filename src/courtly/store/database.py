@@ -37,7 +37,6 @@ class Database:
         store: Store,
         fence: Fence = _unfenced,
         on_refused: Callable[[list[Write]], None] | None = None,
-        on_failure: Callable[[StoreError], None] | None = None,
     ) -> None:
         self.store = store
         self.fence = fence
@@ -47,7 +46,18 @@ class Database:
             from courtly.store.thread import DatabaseThread
 
             assert isinstance(store, PostgresStore)
-            self.thread = DatabaseThread(store, on_refused, on_failure)
+            self.thread = DatabaseThread(store, on_refused)
+
+    def stop_on_failure(self, stop: Callable[[StoreError], None]) -> None:
+        """The database thread gave up (the server stayed away past the limit): `stop` hears
+        of it on the running event loop."""
+        if self.thread is not None:
+            loop = asyncio.get_running_loop()
+
+            def failed(exc: StoreError) -> None:  # on the database thread
+                loop.call_soon_threadsafe(stop, exc)
+
+            self.thread.on_failure = failed
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args), a function of the store: on the database thread if there is one."""
