@@ -164,9 +164,9 @@ def pg_rows(url: str, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]
     """Query a crawl schema directly ('?' placeholders, as with sqlite3)."""
     from psycopg.rows import dict_row
 
-    from courtly.store.postgres import split_url
+    from courtly.store.postgres import conninfo_and_schema
 
-    conninfo, schema = split_url(url)
+    conninfo, schema = conninfo_and_schema(url)
     with psycopg.connect(conninfo, autocommit=True, row_factory=dict_row) as conn:
         if schema:
             conn.execute(f"SET search_path TO {schema}")

@@ -12,7 +12,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from courtly.site import LocalSite, Page, html
-from courtly.store.postgres import split_url
+from courtly.store.postgres import conninfo_and_schema
 from tests.conftest import courtly, robots
 from tests.pgserver import PgUrl
 
@@ -51,7 +51,7 @@ def test_credentials_stay_out_of_messages() -> None:
 
 def test_host_in_the_query_string(pg_url: PgUrl) -> None:
     """postgresql:///dbname?host=… is a valid libpq URL: the empty authority is kept."""
-    conninfo, schema = split_url(pg_url)
+    conninfo, schema = conninfo_and_schema(pg_url)
     server = conninfo_to_dict(conninfo)
     url = (f"postgresql:///{server['dbname']}?host={server['host']}&port={server['port']}"
            f"&user={server['user']}&schema={schema}")
@@ -150,7 +150,7 @@ def test_damaged_origin_in_postgresql(pg_url: PgUrl) -> None:
         run = courtly("crawl", site.url("a"), "--db", pg_url, "--min-delay", "0",
                       "--progress", "off")
         assert run.status == 0, run.err
-    conninfo, schema = split_url(pg_url)
+    conninfo, schema = conninfo_and_schema(pg_url)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {schema}")
         conn.execute("UPDATE origins SET sitemaps = 'not json'")

@@ -11,7 +11,7 @@ import zstandard
 from warcio.archiveiterator import ArchiveIterator
 
 from courtly.site import Page, html
-from courtly.store.postgres import split_url
+from courtly.store.postgres import conninfo_and_schema
 from courtly.store.schema import MIGRATIONS
 from tests.conftest import courtly, rows
 from tests.hostile_server import HostileServer, routes
@@ -38,7 +38,7 @@ def exchanges(db: Path | str) -> dict[str, tuple[bytes, bytes]]:
 def execute(db: Path | str, *statements: str) -> None:
     """Change the crawl database directly (SQLite file or postgresql:// URL)."""
     if str(db).startswith("postgresql://"):
-        conninfo, schema = split_url(str(db))
+        conninfo, schema = conninfo_and_schema(str(db))
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(f"SET search_path TO {schema}")
             for statement in statements:

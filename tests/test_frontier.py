@@ -8,13 +8,11 @@ from pathlib import Path
 
 from courtly.model import Link
 from courtly.store.schema import MIGRATIONS
+from courtly.store.sql import FRESH_TODO
 from courtly.store.sqlite import SqliteStore
 
 ORG = "http://a.test"
-FRESH_QUERY = (
-    "EXPLAIN QUERY PLAN SELECT id, url, depth, score, NULL, NULL, NULL, 0, NULL, NULL "
-    "FROM candidates WHERE origin = ? AND state = 'NOT_CRAWLED' ORDER BY score DESC, id LIMIT ?"
-)
+FRESH_QUERY = "EXPLAIN QUERY PLAN " + FRESH_TODO  # the store's own statement
 
 
 def fill(path: Path, n: int) -> None:

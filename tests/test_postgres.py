@@ -27,7 +27,7 @@ from courtly.model import CrawlAction, ExitCode, Link
 from courtly.pageworker import compress
 from courtly.site import Page, html
 from courtly.store import StoreError, open_store
-from courtly.store.postgres import ANY_KEY, PostgresStore, database_exists, split_url
+from courtly.store.postgres import ANY_KEY, PostgresStore, conninfo_and_schema, database_exists
 from courtly.store.schema import MIGRATIONS
 from tests.conftest import courtly, courtly_process, fetched_paths, rows
 from tests.pgserver import PgUrl
@@ -68,7 +68,7 @@ def test_store_speaks_portable_sql_on_postgres(pg_url: PgUrl) -> None:
 
 def test_database_url_mistakes_are_one_line(pg_url: PgUrl) -> None:
     with pytest.raises(StoreError, match="invalid schema name"):
-        split_url("postgresql://x/test?schema=a;drop")
+        conninfo_and_schema("postgresql://x/test?schema=a;drop")
     closed = "postgresql://postgres@127.0.0.1:1/test"
     run = courtly("stats", "--db", closed)
     assert run.status == 1 and "cannot connect to postgresql://127.0.0.1:1/test" in run.err
@@ -114,7 +114,7 @@ def test_the_near_duplicate_probe_reads_the_index_before_any_statistics(pg_url: 
     """A new crawl's band keys have no statistics yet: the probe of a page's keys must still
     use the index, not read the whole table (once a page, growing with the crawl)."""
     PostgresStore(pg_url).close()
-    conninfo, schema = split_url(pg_url)
+    conninfo, schema = conninfo_and_schema(pg_url)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {schema}")
         conn.execute("INSERT INTO near_dup_keys (key, candidate) "
@@ -129,7 +129,7 @@ def test_a_dropped_connection_is_reconnected(pg_url: PgUrl) -> None:
     try:
         store.add_origins(["http://a.example"])
         pid = store._px("SELECT pg_backend_pid()").fetchone()[0]
-        with psycopg.connect(split_url(pg_url)[0], autocommit=True) as admin:
+        with psycopg.connect(conninfo_and_schema(pg_url)[0], autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         time.sleep(0.1)
         assert store.configured_origins() == ["http://a.example"]  # a read, retried
@@ -139,7 +139,7 @@ def test_a_dropped_connection_is_reconnected(pg_url: PgUrl) -> None:
         store.retry_seconds = 1.0
         store._conninfo = "postgresql://postgres@127.0.0.1:1/test"
         pid = store._px("SELECT pg_backend_pid()").fetchone()[0]
-        with psycopg.connect(split_url(pg_url)[0], autocommit=True) as admin:
+        with psycopg.connect(conninfo_and_schema(pg_url)[0], autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         started = time.monotonic()
         with pytest.raises(StoreError, match=r"lost the connection to .*retried for 1s"):

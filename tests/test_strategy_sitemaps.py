@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import gzip
 
-from courtly.sitemaps import gunzip, looks_like_sitemap, parse_sitemap
+from courtly import sitemaps
+from courtly.config import Limits
+from courtly.sitemaps import Sitemap, gunzip, looks_like_sitemap
+
+LIMITS = Limits()
+
+
+def parse_sitemap(body: bytes, limits: Limits = LIMITS) -> Sitemap | None:
+    """courtly.sitemaps.parse_sitemap with the default limits."""
+    return sitemaps.parse_sitemap(body, limits)
+
 
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 
@@ -29,7 +39,7 @@ def test_not_a_sitemap_malformed_limits_and_bombs() -> None:
     parsed = parse_sitemap(broken.encode())  # not well-formed: <loc> read leniently
     assert parsed is not None and parsed.locs == ["http://a/1", "http://a/2"]
     many = f"<urlset {NS}>" + "".join(f"<url><loc>http://a/{i}</loc></url>" for i in range(30))
-    capped = parse_sitemap((many + "</urlset>").encode(), limit=10)
+    capped = parse_sitemap((many + "</urlset>").encode(), Limits(max_sitemap_entries=10))
     assert capped is not None and capped.truncated and len(capped.locs) == 10
     bomb = ('<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
             + "".join(f'<!ENTITY lol{i} "{"&lol%s;" % ("" if i == 1 else i - 1) * 10}">'
@@ -46,8 +56,8 @@ def test_looks_like_sitemap_and_gunzip_limit() -> None:
     assert not looks_like_sitemap("http://a/doc.pdf", "application/pdf", b"%PDF")
     assert not looks_like_sitemap("http://a/page.xml", "text/html", b"<html>")
     assert len(gunzip(gzip.compress(b"x" * 10_000), limit=100)) == 100
-    assert gunzip(b"plain") == b"plain"
-    assert gunzip(b"\x1f\x8bnot gzip") == b""
+    assert gunzip(b"plain", LIMITS.max_decompressed_size) == b"plain"
+    assert gunzip(b"\x1f\x8bnot gzip", LIMITS.max_decompressed_size) == b""
 
 
 def test_a_gzipped_sitemap_of_several_members_is_read_whole_and_a_bomb_is_cut() -> None:

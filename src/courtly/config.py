@@ -53,6 +53,15 @@ class Robots(_Section):
     stale_cache_limit: float = Field(86400.0, ge=0)
 
 
+#: limits.max_connections = 0: descriptors left to the rest of the process (stdio, the event loop,
+#: the database and its journal files, the page worker's socket and pipes, the resolver's
+#: threads, logs), or an eighth of RLIMIT_NOFILE if more (pool.connection_limit)
+FD_RESERVE = 32
+#: limits.max_connections = 0: the bound RLIMIT_NOFILE gives, at most (idle connections also hold
+#: memory)
+MAX_AUTO_CONNECTIONS = 4096
+
+
 class Limits(_Section):
     """Per-request limits (docs/reliability.md)."""
 
@@ -65,10 +74,12 @@ class Limits(_Section):
     min_rate: int = Field(1024, ge=0)
     min_rate_window: float = Field(10.0, gt=0)
     max_body_size: int = Field(10 * 1024 * 1024, gt=0)
+    #: bytes a body may have once decoded (Content-Encoding; a gzipped sitemap's gzip too)
     max_decompressed_size: int = Field(50 * 1024 * 1024, gt=0)
     max_header_size: int = Field(64 * 1024, gt=0)
     max_header_count: int = Field(100, gt=0)
     max_links_per_page: int = Field(5000, gt=0)
+    max_sitemap_entries: int = Field(50_000, gt=0)  # <loc>s read from one sitemap (its protocol's)
     max_parse_size: int = Field(4 * 1024 * 1024, gt=0)  # HTML bytes parsed per page
     max_redirect_chain: int = Field(10, ge=1)
     allow_private_addresses: bool = False

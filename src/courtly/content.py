@@ -131,7 +131,7 @@ class ContentReader:
 
     def _sitemap(self, action: CrawlAction, resp: HttpResponse) -> None:
         """A sitemap or sitemap index: its <loc> entries go to the strategy like links."""
-        parsed = sitemaps.parse_sitemap(resp.body)
+        parsed = sitemaps.parse_sitemap(resp.body, self.config.limits)
         if parsed is None:
             return
         action.exit_code = ExitCode.OK

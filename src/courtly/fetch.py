@@ -32,7 +32,7 @@ from courtly.proxy import (
     proxy_socket,
     refused,
 )
-from courtly.urls import split_authority, split_target
+from courtly.urls import DEFAULT_PORTS, split_authority, split_target
 
 __all__ = ["Addresses", "FetchError", "Fetcher", "FixedResolver", "GuardedResolver", "HttpResponse",
            "LocalError", "Resolver", "SystemResolver", "address_allowed"]
@@ -47,7 +47,6 @@ _LOCAL_PAUSE_MAX = 1.0
 RECOVER_AFTER = 5.0
 #: seconds before the next address is tried while a connection attempt is still pending
 NEXT_ATTEMPT = 0.25
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(slots=True)
@@ -162,11 +161,11 @@ class _Endpoint:
 @functools.lru_cache(maxsize=4096)
 def _endpoint(scheme: str, authority: str) -> _Endpoint:
     """The endpoint of "scheme://authority" (ValueError if it names none)."""
-    if scheme not in _DEFAULT_PORTS:
+    if scheme not in DEFAULT_PORTS:
         raise ValueError(f"not an http(s) URL scheme: {scheme!r}")
     host, port_text = split_authority(authority.lower())  # credentials are never sent
     host = host[1:-1] if host.startswith("[") else host
-    port = int(port_text) if port_text.isdigit() else -1 if port_text else _DEFAULT_PORTS[scheme]
+    port = int(port_text) if port_text.isdigit() else -1 if port_text else DEFAULT_PORTS[scheme]
     if not host or not 0 < port < 65536:
         raise ValueError(f"no host or a bad port in {authority!r}")
     return _Endpoint(scheme, host, port, authority.rpartition("@")[2].lower())
@@ -443,7 +442,7 @@ class Fetcher:
             sock = await proxy_socket(loop, proxy)
             tls = None
             if endpoint.scheme == "https":
-                await open_tunnel(loop, sock, proxy, _authority(endpoint))
+                await open_tunnel(loop, sock, proxy, _authority(endpoint), limits.max_header_size)
                 tls = self._tls_context()
             _, conn = await loop.create_connection(
                 lambda: Connection(loop, limits, slot), sock=sock, ssl=tls,

@@ -49,6 +49,11 @@ class ExitCode(StrEnum):
     #: names the exception and where it was raised)
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
+    @property
+    def is_error(self) -> bool:
+        """Counted as an error (the progress line, stats, the view): see ERRORS."""
+        return self in ERRORS
+
 
 #: exit codes that complete a crawl candidate (link state CRAWLED); the others leave it ERROR
 COMPLETED = frozenset(
@@ -57,6 +62,9 @@ COMPLETED = frozenset(
      ExitCode.BLOCKED_BY_ROBOTS_TXT, ExitCode.BLOCKED_URL_BY_LOCAL_POLICY,
      ExitCode.BLOCKED_BY_TRAP_BUDGET}
 )
+#: exit codes counted as errors: those that leave the candidate ERROR, but ORIGIN_GIVEN_UP (a URL
+#: not tried because its origin was given up: the origin's reason says why)
+ERRORS = frozenset(c for c in ExitCode if c not in COMPLETED and c is not ExitCode.ORIGIN_GIVEN_UP)
 #: exit codes after which the URL is retried later in the same run
 RETRY_IN_RUN = frozenset({ExitCode.RATE_LIMITED, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT})
 #: exit codes of a failing server: the origin backs off exponentially, as after a 429 or 503
@@ -65,7 +73,6 @@ BACKS_OFF = frozenset(
 )
 #: exit codes that cost the origin one point of patience
 COSTS_PATIENCE = BACKS_OFF | {ExitCode.INTERNAL_ERROR, ExitCode.PROXY_ERROR}
-
 
 
 def link_state(code: ExitCode, retry: bool) -> LinkState:

@@ -44,7 +44,7 @@ log = logging.getLogger("courtly")
 
 #: the worker is replaced this many times in a run; after that pages are analysed inline
 MAX_RESTARTS = 3
-_HEAD = 4  # bytes of the little-endian length before each message
+_LENGTH = 4  # bytes of the little-endian length before each message
 #: level 1, not zstd's default 3: as small on HTML (bench pages: 3,199 bytes against 3,226) in
 #: three quarters of the time
 _ZSTD = zstandard.ZstdCompressor(level=1)
@@ -159,8 +159,8 @@ def serve(sock: socket.socket) -> None:
     settings: PageSettings | None = None
     with contextlib.suppress(OSError):  # the crawler is gone
         while True:
-            head = stream.read(_HEAD)
-            if len(head) < _HEAD:
+            head = stream.read(_LENGTH)
+            if len(head) < _LENGTH:
                 return
             data = stream.read(int.from_bytes(head, "little"))
             if settings is None:
@@ -171,7 +171,7 @@ def serve(sock: socket.socket) -> None:
                 out = pickle.dumps(astuple(page), protocol=5)
             except Exception:  # the crawler analyses this page inline, and sees why
                 out = b""
-            sock.sendall(len(out).to_bytes(_HEAD, "little") + out)
+            sock.sendall(len(out).to_bytes(_LENGTH, "little") + out)
 
 
 # -- in the crawler ----------------------------------------------------------------------------
@@ -200,11 +200,11 @@ class _WorkerChannel(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
         buffer += data
-        while len(buffer) >= _HEAD:
-            end = _HEAD + int.from_bytes(buffer[:_HEAD], "little")
+        while len(buffer) >= _LENGTH:
+            end = _LENGTH + int.from_bytes(buffer[:_LENGTH], "little")
             if len(buffer) < end:
                 return
-            answer = bytes(buffer[_HEAD:end])
+            answer = bytes(buffer[_LENGTH:end])
             del buffer[:end]
             future = self.waiting.popleft()
             if not future.done():  # a cancelled page's answer is dropped
@@ -225,7 +225,7 @@ class _WorkerChannel(asyncio.Protocol):
     def send(self, message: object) -> asyncio.Future[bytes] | None:
         assert self.transport is not None
         data = pickle.dumps(message, protocol=5)
-        self.transport.write(len(data).to_bytes(_HEAD, "little") + data)
+        self.transport.write(len(data).to_bytes(_LENGTH, "little") + data)
         if isinstance(message, PageSettings):
             return None
         future: asyncio.Future[bytes] = self.loop.create_future()

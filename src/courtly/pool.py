@@ -13,18 +13,14 @@ import asyncio
 import collections
 from typing import Any, Generic, Protocol, TypeVar
 
+from courtly.config import FD_RESERVE, MAX_AUTO_CONNECTIONS
+
 try:
     import resource
 except ImportError:  # pragma: no cover - not on Windows
     resource = None  # type: ignore[assignment]
 
-__all__ = ["FD_RESERVE", "MAX_AUTO_CONNECTIONS", "Pool", "Slot", "connection_limit"]
-
-#: descriptors left to the rest of the process: stdio, the event loop, the database and its
-#: journal files, the page worker's socket and pipes, the resolver's threads, logs
-FD_RESERVE = 32
-#: the bound the file-descriptor limit gives, at most (idle connections also hold memory)
-MAX_AUTO_CONNECTIONS = 4096
+__all__ = ["Pool", "Slot", "connection_limit"]
 
 K = TypeVar("K")
 

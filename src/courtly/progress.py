@@ -15,14 +15,11 @@ if TYPE_CHECKING:
     from courtly.stats import CrawlStats
 
 LOG_EVERY = 5.0
-_ERRORS = ("HTTP_", "NETWORK", "TIMEOUT", "PROTOCOL", "TOO_LARGE", "TOO_MANY_REDIRECTS", "RATE",
-           "DATABASE", "INTERNAL")
 
 
 def _line(stats: CrawlStats) -> str:
-    errors = sum(n for code, n in stats.exit_codes.items() if code.startswith(_ERRORS))
     return (
-        f"{stats.actions} actions ({stats.exit_codes.get('OK', 0)} OK, {errors} errors), "
+        f"{stats.actions} actions ({stats.exit_codes.get('OK', 0)} OK, {stats.errors} errors), "
         f"{stats.rate:.1f}/s, {stats.requests} requests, origins "
         f"{stats.origins_total - stats.origins_finished} active / "
         f"{stats.origins_finished} finished, {stats.in_flight} in flight"

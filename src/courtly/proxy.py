@@ -25,9 +25,6 @@ from urllib.parse import unquote, urlsplit
 from courtly.errors import FetchError, LocalError, one_line
 from courtly.model import ExitCode
 
-#: bytes of a proxy's answer to CONNECT read before it is refused
-_MAX_CONNECT_ANSWER = 65536
-
 
 class ProxyFailure(LocalError):
     """The proxy cannot be reached or will not carry any request (407): the crawl stops with
@@ -177,9 +174,9 @@ async def _connect(loop: asyncio.AbstractEventLoop, proxy: Proxy) -> socket.sock
 
 
 async def open_tunnel(loop: asyncio.AbstractEventLoop, sock: socket.socket, proxy: Proxy,
-                      authority: str) -> None:
+                      authority: str, max_head: int) -> None:
     """Ask the proxy for a tunnel to authority (host:port) with CONNECT; FetchError
-    (PROXY_ERROR) when it does not answer 2xx."""
+    (PROXY_ERROR) when it does not answer 2xx within `max_head` bytes (limits.max_header_size)."""
     request = f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n"
     if proxy.authorization:
         request += f"Proxy-Authorization: {proxy.authorization}\r\n"
@@ -187,7 +184,7 @@ async def open_tunnel(loop: asyncio.AbstractEventLoop, sock: socket.socket, prox
     answer = b""
     while b"\r\n\r\n" not in answer:  # the proxy says nothing more until the TLS handshake
         data = await loop.sock_recv(sock, 65536)
-        if not data or len(answer) > _MAX_CONNECT_ANSWER:
+        if not data or len(answer) > max_head:
             raise FetchError(ExitCode.PROXY_ERROR, f"{proxy} closed the tunnel to {authority} "
                              "before answering CONNECT")
         answer += data

@@ -2,7 +2,8 @@
 
 Parsed with the standard library's expat (which refuses entity-expansion bombs) in a streaming
 pass; a sitemap that is not well-formed XML falls back to reading its <loc> elements with a regular
-expression, as search engines do. Limits follow the protocol: 50,000 entries, 50 MB uncompressed.
+expression, as search engines do. The limits are `limits.max_sitemap_entries` (the protocol's
+50,000) and `limits.max_decompressed_size` (50 MiB, the protocol's 50 MB uncompressed).
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ import re
 from dataclasses import dataclass, field
 from xml.etree import ElementTree
 
+from courtly.config import Limits
 from courtly.connection import Decoder
 from courtly.errors import FetchError
 
-MAX_ENTRIES = 50_000
-MAX_UNCOMPRESSED = 50 * 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
 _XML_TYPES = ("text/xml", "application/xml", "application/x-xml")
 _GZIP_TYPES = ("application/gzip", "application/x-gzip", "application/octet-stream")
@@ -48,7 +48,7 @@ def looks_like_sitemap(url: str, content_type: str | None, body: bytes) -> bool:
     ) and not ctype.startswith(("text/html", "application/xhtml"))
 
 
-def gunzip(body: bytes, limit: int = MAX_UNCOMPRESSED) -> bytes:
+def gunzip(body: bytes, limit: int) -> bytes:
     """The first `limit` bytes of a gzip body, every member (a body that is not gzip is returned
     as is; one that does not decode gives b"")."""
     if not body.startswith(_GZIP_MAGIC):
@@ -59,9 +59,10 @@ def gunzip(body: bytes, limit: int = MAX_UNCOMPRESSED) -> bytes:
         return b""
 
 
-def parse_sitemap(body: bytes, limit: int = MAX_ENTRIES) -> Sitemap | None:
+def parse_sitemap(body: bytes, limits: Limits) -> Sitemap | None:
     """The sitemap's kind and <loc> entries, or None when the body is not a sitemap."""
-    data = gunzip(body)
+    data = gunzip(body, limits.max_decompressed_size)
+    limit = limits.max_sitemap_entries
     head = _ROOT.search(data[:4096])
     if head is None:
         return None

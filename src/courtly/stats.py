@@ -11,15 +11,12 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from courtly.errors import ArchiveError, LocalError, describe
-from courtly.model import COMPLETED, CrawlAction, ExitCode
+from courtly.model import CrawlAction
 from courtly.store.base import ConnectionLost, StoreError
 
 #: the upper bounds (seconds) of the response-time buckets of CrawlStats (Prometheus's `le`)
 RESPONSE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 LATEST_ERRORS = 50
-#: exit codes counted as errors: those that leave the candidate ERROR, but ORIGIN_GIVEN_UP (a URL
-#: not tried because its origin was given up: the origin's reason says why)
-ERRORS = frozenset(c for c in ExitCode if c not in COMPLETED and c is not ExitCode.ORIGIN_GIVEN_UP)
 
 
 class StopKind(Enum):
@@ -69,7 +66,6 @@ class Stop:
         return self.kind in FAILURES
 
 
-
 @dataclass
 class CrawlStats:
     """Live counters for progress display and the end-of-crawl summary."""
@@ -77,6 +73,7 @@ class CrawlStats:
     started: float = field(default_factory=time.monotonic)
     actions: int = 0
     requests: int = 0
+    errors: int = 0  # crawl actions whose exit code is an error (ExitCode.is_error)
     exit_codes: Counter[str] = field(default_factory=Counter)
     origins_total: int = 0
     origins_finished: int = 0
@@ -120,7 +117,8 @@ class CrawlStats:
         self.actions += budgeted
         self.exit_codes[code] += 1
         self.origin_actions[action.origin] += 1
-        if action.exit_code in ERRORS:
+        if action.exit_code.is_error:
+            self.errors += 1
             self.origin_errors[action.origin] += 1
             self.latest_errors.append((action.started, action.candidate.url, action.origin, code,
                                        action.http_status, action.detail or ""))

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import tldextract
 
 __all__ = [
+    "DEFAULT_PORTS",
     "authority_key",
     "host_of",
     "normalize",
@@ -37,7 +38,8 @@ __all__ = [
 ]
 
 _DEFAULT_OPTS = Normalize()
-_DEFAULT_PORTS = {"http": "80", "https": "443"}
+#: the port of an http(s) URL that names none
+DEFAULT_PORTS = {"http": 80, "https": 443}
 _HTTP = ("https://", "http://")
 _INDEX_NAMES = frozenset({"index.html", "index.php", "default.asp", "default.aspx"})
 
@@ -238,9 +240,9 @@ def _clean(href: str, opts: Normalize) -> str | None:
 
 
 #: RFC 3986 appendix B: scheme, authority, path, query, fragment (a part absent: None)
-_HEAD = r"(?:([^:/?#]+):)?(?://([^/?#]*))?"
-_PARTS = re.compile(_HEAD + r"([^?#]*)(?:\?([^#]*))?(?:#(.*))?", re.S)
-_TARGET = re.compile(_HEAD + r"([^#]*)", re.S)  # the same, path and query in one
+_SCHEME_AUTHORITY = r"(?:([^:/?#]+):)?(?://([^/?#]*))?"
+_PARTS = re.compile(_SCHEME_AUTHORITY + r"([^?#]*)(?:\?([^#]*))?(?:#(.*))?", re.S)
+_TARGET = re.compile(_SCHEME_AUTHORITY + r"([^#]*)", re.S)  # the same, path and query in one
 UrlParts = tuple[str | None, str | None, str, str | None, str | None]
 
 
@@ -273,10 +275,10 @@ def _scheme_host_port(url: str) -> tuple[str, str, str]:
     if href is None:
         raise ValueError(f"not a valid URL: {url!r}")
     scheme, authority, _, _, _ = split_url(href)
-    if scheme not in _DEFAULT_PORTS or authority is None:
+    if scheme not in DEFAULT_PORTS or authority is None:
         raise ValueError(f"not an http(s) URL: {url!r}")
     host, port = split_authority(authority)
-    return scheme, host, port or _DEFAULT_PORTS[scheme]  # ada drops a default port
+    return scheme, host, port or str(DEFAULT_PORTS[scheme])  # ada drops a default port
 
 
 def authority_key(url: str) -> str:

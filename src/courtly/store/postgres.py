@@ -90,7 +90,7 @@ class LeaseLost(StoreError):
     """A batch of writes was refused: one of its leases expired or passed to another worker."""
 
 
-def split_url(url: str) -> tuple[str, str | None]:
+def conninfo_and_schema(url: str) -> tuple[str, str | None]:
     """The libpq URL without courtly's own `schema` parameter, and that schema (or None).
 
     The rest of the URL is passed on as written (`postgresql:///db?host=…` keeps its empty
@@ -105,12 +105,12 @@ def split_url(url: str) -> tuple[str, str | None]:
     try:
         conninfo_to_dict(conninfo)
     except psycopg.Error as exc:  # libpq quotes the URL, password and all
-        why = one_line(exc).replace(conninfo, describe(url))
-        raise StoreError(f"invalid database URL {describe(url)}: {why}") from None
+        why = one_line(exc).replace(conninfo, shown_url(url))
+        raise StoreError(f"invalid database URL {shown_url(url)}: {why}") from None
     return conninfo, schema
 
 
-def describe(url: str) -> str:
+def shown_url(url: str) -> str:
     """The URL as given, without its user, password or password parameters, for messages."""
     base, items = _query(url)
     userinfo = _USERINFO_RE.match(base)
@@ -136,7 +136,7 @@ def _join(base: str, items: list[str]) -> str:
 
 def database_exists(url: str) -> bool:
     """Whether the URL's database (and schema) already holds a courtly crawl; never creates it."""
-    conninfo, schema = split_url(url)
+    conninfo, schema = conninfo_and_schema(url)
     try:
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
             row = conn.execute(
@@ -146,9 +146,9 @@ def database_exists(url: str) -> bool:
             ).fetchone()
             return row is not None
     except psycopg.OperationalError as exc:
-        raise StoreError(f"cannot connect to {describe(url)}: {one_line(exc)}") from None
+        raise StoreError(f"cannot connect to {shown_url(url)}: {one_line(exc)}") from None
     except psycopg.Error as exc:
-        raise _error(exc, describe(url)) from None
+        raise _error(exc, shown_url(url)) from None
 
 
 class PostgresSql(SqlStore):
@@ -158,8 +158,8 @@ class PostgresSql(SqlStore):
 
     def __init__(self, url: str, retry_seconds: float = FleetConfig().reconnect_seconds) -> None:
         self.url = url
-        self.path = describe(url)
-        self._conninfo, self.schema = split_url(url)
+        self.path = shown_url(url)
+        self._conninfo, self.schema = conninfo_and_schema(url)
         self.retry_seconds = retry_seconds
         self._conn: psycopg.Connection[Any] | None = None
         self._in_tx = False

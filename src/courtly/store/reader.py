@@ -13,15 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from courtly.model import COMPLETED, ExitCode
+from courtly.errors import one_line
+from courtly.model import ERRORS
 from courtly.store.base import StoreError
 
-#: exit codes that are errors (they leave the candidate ERROR), as an SQL list of literals
-_ERRORS = ", ".join(f"'{code}'" for code in ExitCode if code not in COMPLETED)
-_LOG_COLUMNS = (
+#: the exit codes counted as errors (model.ERRORS), as an SQL list of literals
+_ERROR_CODES = ", ".join(f"'{code}'" for code in sorted(ERRORS))
+_LOG_COLUMNS = (  # url and detail only for errors
     "id, started, elapsed, exit_code, origin, http_status, content_length, "
-    f"CASE WHEN exit_code IN ({_ERRORS}) THEN url END, "
-    f"CASE WHEN exit_code IN ({_ERRORS}) THEN detail END"
+    f"CASE WHEN exit_code IN ({_ERROR_CODES}) THEN url END, "
+    f"CASE WHEN exit_code IN ({_ERROR_CODES}) THEN detail END"
 )
 #: stopped workers are listed this long after they stopped
 WORKERS_SHOWN_FOR = 3600.0
@@ -207,10 +208,10 @@ class PostgresReader(Reader):
         import psycopg
         from psycopg import sql as pgsql
 
-        from courtly.store.postgres import describe, split_url
+        from courtly.store.postgres import conninfo_and_schema, shown_url
 
-        super().__init__(describe(url))
-        conninfo, schema = split_url(url)
+        super().__init__(shown_url(url))
+        conninfo, schema = conninfo_and_schema(url)
         try:
             self._conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10,
                                          application_name="courtly:view")
@@ -219,7 +220,7 @@ class PostgresReader(Reader):
                 self._conn.execute(pgsql.SQL("SET search_path TO {}").format(
                     pgsql.Identifier(schema)))
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {self.where}: {_first_line(exc)}") from None
+            raise StoreError(f"cannot connect to {self.where}: {one_line(exc)}") from None
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         import psycopg
@@ -228,7 +229,7 @@ class PostgresReader(Reader):
         try:
             return self._conn.execute(query, tuple(params)).fetchall()
         except psycopg.Error as exc:
-            raise StoreError(f"cannot read {self.where}: {_first_line(exc)}") from None
+            raise StoreError(f"cannot read {self.where}: {one_line(exc)}") from None
 
     def now(self) -> float:
         from courtly.store.postgres import NOW
@@ -237,11 +238,6 @@ class PostgresReader(Reader):
 
     def close(self) -> None:
         self._conn.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def open_reader(db: str) -> Reader:

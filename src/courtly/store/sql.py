@@ -128,6 +128,10 @@ TAKEABLE = (
     " AND ({c}taken_run IS NULL OR {c}taken_run <> {run})",
 )
 _RETRIED, _FRESH, _DUE = (t.format(c="", run="?", due="?", retaken="") for t in TAKEABLE)
+#: an origin's never-crawled candidates, best first: read from the index cand_fresh alone (it
+#: holds url and depth too; the other columns are at their defaults). Parameters: origin, limit
+FRESH_TODO = ("SELECT id, url, depth, score, NULL, NULL, NULL, 0, NULL, NULL FROM candidates "
+              f"WHERE origin = ? AND {_FRESH} ORDER BY score DESC, id LIMIT ?")
 
 
 def state_after(action: CrawlAction) -> LinkState:
@@ -376,9 +380,10 @@ class SqlReads(SqlBase):
         return record
 
 
-class SqlStore(SqlReads):
-    """The Store interface in portable SQL: the crawl's frontier, its records and the origins'
-    state, on SqlBase's statements."""
+class SqlRecords(SqlReads):
+    """The crawl's frontier and its records in portable SQL: todo lists, crawl actions with their
+    content and revisits, pages' near-duplicate keys and the search among them, the origins'
+    state."""
 
     # -- the frontier --------------------------------------------------------------------
     def take_todo(self, origin: str, run: int, limit: int, now: float) -> list[Candidate]:
@@ -393,11 +398,7 @@ class SqlStore(SqlReads):
             (origin, run, limit),
         ).fetchall()
         if len(rows) < limit:
-            rows += self._x(  # only the index cand_fresh is read: the rest is at its default
-                "SELECT id, url, depth, score, NULL, NULL, NULL, 0, NULL, NULL FROM candidates "
-                f"WHERE origin = ? AND {_FRESH} ORDER BY score DESC, id LIMIT ?",
-                (origin, limit - len(rows)),
-            ).fetchall()
+            rows += self._x(FRESH_TODO, (origin, limit - len(rows))).fetchall()
         if len(rows) < limit:
             rows += self._x(
                 f"SELECT {cols} FROM candidates WHERE origin = ? AND {_DUE} "
@@ -577,6 +578,42 @@ class SqlStore(SqlReads):
                 return str(row[0]), score
         return None
 
+
+    # -- per-origin state ----------------------------------------------------------------
+    def load_origin(self, origin: str) -> OriginState:
+        row = self._x(
+            f"SELECT {', '.join(_ORIGIN_COLUMNS)} FROM origins WHERE origin = ?", (origin,)
+        ).fetchone()
+        if row is None:
+            return OriginState(origin)
+        return OriginState(origin, *self._row("origins", origin, _ORIGIN_COLUMNS, row))
+
+    def save_origin(self, state: OriginState) -> None:
+        with self._tx():
+            self._upsert_origin(state)
+
+    def _upsert_origin(self, state: OriginState) -> None:
+        self._x(
+            "INSERT INTO origins (origin, configured, robots_body, robots_status, "
+            "robots_fetched, crawl_delay, backoff_until, backoff_level, sitemaps, metadata, "
+            "robots_error) VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (origin) DO "
+            "UPDATE SET robots_body = excluded.robots_body, "
+            "robots_status = excluded.robots_status, "
+            "robots_fetched = excluded.robots_fetched, crawl_delay = excluded.crawl_delay, "
+            "backoff_until = excluded.backoff_until, "
+            "backoff_level = excluded.backoff_level, "
+            "sitemaps = excluded.sitemaps, metadata = excluded.metadata, "
+            "robots_error = excluded.robots_error",
+            (state.origin, state.robots_body, state.robots_status, state.robots_fetched,
+             state.crawl_delay, state.backoff_until, state.backoff_level,
+             json.dumps(state.sitemaps), json.dumps(state.metadata), state.robots_error),
+        )
+
+class SqlStore(SqlRecords):
+    """The Store interface in portable SQL, on SqlBase's statements: SqlRecords, the link states
+    of found URLs (the seen cache first), a page's look-ups in one call and the origins' state."""
+
+    # -- link states and look-ups -----------------------------------------------------------
     def states(self, urls: list[str]) -> dict[str, LinkState]:
         out, missing = self.seen.known(dict.fromkeys(urls))
         out.update(self._read_states(missing))
@@ -650,33 +687,3 @@ class SqlStore(SqlReads):
         row = self._x(f"SELECT url FROM candidates WHERE {SAME_HASH} LIMIT 1",
                       (content_hash, url)).fetchone()
         return None if row is None else str(row[0])
-
-    # -- per-origin state ----------------------------------------------------------------
-    def load_origin(self, origin: str) -> OriginState:
-        row = self._x(
-            f"SELECT {', '.join(_ORIGIN_COLUMNS)} FROM origins WHERE origin = ?", (origin,)
-        ).fetchone()
-        if row is None:
-            return OriginState(origin)
-        return OriginState(origin, *self._row("origins", origin, _ORIGIN_COLUMNS, row))
-
-    def save_origin(self, state: OriginState) -> None:
-        with self._tx():
-            self._upsert_origin(state)
-
-    def _upsert_origin(self, state: OriginState) -> None:
-        self._x(
-            "INSERT INTO origins (origin, configured, robots_body, robots_status, "
-            "robots_fetched, crawl_delay, backoff_until, backoff_level, sitemaps, metadata, "
-            "robots_error) VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (origin) DO "
-            "UPDATE SET robots_body = excluded.robots_body, "
-            "robots_status = excluded.robots_status, "
-            "robots_fetched = excluded.robots_fetched, crawl_delay = excluded.crawl_delay, "
-            "backoff_until = excluded.backoff_until, "
-            "backoff_level = excluded.backoff_level, "
-            "sitemaps = excluded.sitemaps, metadata = excluded.metadata, "
-            "robots_error = excluded.robots_error",
-            (state.origin, state.robots_body, state.robots_status, state.robots_fetched,
-             state.crawl_delay, state.backoff_until, state.backoff_level,
-             json.dumps(state.sitemaps), json.dumps(state.metadata), state.robots_error),
-        )

@@ -7,10 +7,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from courtly.model import ERRORS
 from courtly.store.reader import OriginRow, Reader
 from courtly.view.cached import Cached
 from courtly.view.origins import OriginTable, OriginView, robots_status
-from courtly.view.tally import ERRORS, Tally
+from courtly.view.tally import Tally
 
 #: log rows read by one query; the log is read again this often when it had no more
 CHUNK = 5000

@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
 from courtly import clock
+from courtly.model import ERRORS
 from courtly.scheduler import delay_for
 from courtly.view.cached import Cached
 from courtly.view.origins import OriginTable, OriginView, robots_status
 from courtly.view.series import Series
-from courtly.view.tally import ERRORS
 
 if TYPE_CHECKING:
     from courtly.config import CrawlConfig
@@ -105,10 +105,10 @@ class LiveView:
         }
 
     def _db(self) -> str:
-        from courtly.store.postgres import describe
+        from courtly.store.postgres import shown_url
 
         db = self.crawl.config.db
-        return describe(db) if "://" in db else db
+        return shown_url(db) if "://" in db else db
 
     def series(self) -> dict[str, Any]:
         """Crawl actions and HTTP requests (robots.txt included) per bin."""

@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from courtly.model import ERRORS
 from courtly.stats import RESPONSE_BUCKETS
 from courtly.store.reader import Reader
 from courtly.view.database import CHUNK
 from courtly.view.server import static_file
-from courtly.view.tally import ERRORS, Tally
+from courtly.view.tally import Tally
 
 
 def read_log(reader: Reader) -> Tally:

@@ -11,8 +11,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
 
-from courtly.model import ExitCode
-from courtly.stats import ERRORS as STATS_ERRORS
+from courtly.model import ERRORS, ExitCode
 from courtly.stats import LATEST_ERRORS, RESPONSE_BUCKETS
 from courtly.store.reader import LogRow
 from courtly.view.series import Series
@@ -21,7 +20,6 @@ from courtly.view.series import Series
 NO_REQUEST = frozenset({str(ExitCode.BLOCKED_BY_ROBOTS_TXT), str(ExitCode.BLOCKED_BY_TRAP_BUDGET),
                         str(ExitCode.BLOCKED_URL_BY_LOCAL_POLICY), str(ExitCode.BLOCKED_ADDRESS),
                         str(ExitCode.ORIGIN_GIVEN_UP)})
-ERRORS = frozenset(str(code) for code in STATS_ERRORS)
 #: a missing id below the last one read is looked for again this long (PostgreSQL commits
 #: rows of concurrent workers out of id order)
 GAP_SECONDS = 60.0
