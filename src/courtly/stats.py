@@ -27,7 +27,7 @@ class StopKind(Enum):
     GOAL = auto()  # the strategy's finished() said so
     SIGNAL = auto()  # SIGINT or SIGTERM
     DATABASE_ERROR = auto()
-    CONNECTION_LOST = auto()  # to a shared database: a fleet worker joins the crawl again
+    CONNECTION_LOST = auto()  # to a shared database, for longer than fleet.reconnect_seconds
     LOCAL_ERROR = auto()  # courtly's own machine ran out of something
     ARCHIVE_ERROR = auto()  # a WARC file could not be written (crawl --warc)
     INTERNAL_ERROR = auto()  # a bug in courtly or in the strategy
