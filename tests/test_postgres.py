@@ -27,6 +27,7 @@ from courtly.model import CrawlAction, ExitCode, Link
 from courtly.pageworker import compress
 from courtly.site import Page, html
 from courtly.store import StoreError, open_store
+from courtly.store.base import Write
 from courtly.store.postgres import ANY_KEY, PostgresStore, conninfo_and_schema, database_exists
 from courtly.store.schema import MIGRATIONS
 from tests.conftest import courtly, courtly_process, fetched_paths, rows
@@ -122,6 +123,42 @@ def test_the_near_duplicate_probe_reads_the_index_before_any_statistics(pg_url: 
         plan = conn.execute("EXPLAIN " + ANY_KEY, ([1, 2, 3, 4, 5, 6, 7, 8],)).fetchall()
     shown = "\n".join(r[0] for r in plan)
     assert "Seq Scan on near_dup_keys" not in shown and "near_dup_keys_6_pkey" in shown, shown
+
+
+def test_two_batches_upsert_shared_links_in_one_order(pg_url: PgUrl,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Two workers' batches that link to the same URLs lock them in the same order (the URLs'),
+    whatever order the pages listed them in: neither waits for a deadlock to be detected."""
+    origin = "http://a.example"
+    first, second = PostgresStore(pg_url), PostgresStore(pg_url)
+    conninfo, schema = conninfo_and_schema(pg_url)
+    links = {u: Link(f"{origin}/{u}", origin, 1, 0.5) for u in "amz"}
+    try:
+        first.add_origins([origin])
+        with psycopg.connect(conninfo) as holder:  # holds "m" until it commits
+            holder.execute(f"SET search_path TO {schema}")
+            holder.execute("INSERT INTO candidates (url, origin, depth, score) VALUES (%s, %s, 1, "
+                           "0.5)", (links["m"].url, origin))
+            # the first batch locks "a", then waits for "m"; the second, listing "z" before
+            # "a", would lock "z" and wait for "a": once "m" is free the first would wait for "z"
+            a = threading.Thread(target=first.write_batch,
+                                 args=([Write(links=[links["a"], links["m"], links["z"]])],))
+            b = threading.Thread(target=second.write_batch,
+                                 args=([Write(links=[links["z"], links["a"]])],))
+            with caplog.at_level("INFO", logger="courtly"):
+                a.start()
+                time.sleep(0.5)
+                b.start()
+                time.sleep(0.5)
+                holder.commit()
+                a.join(10)
+                b.join(10)
+        assert "sent again" not in caplog.text
+        assert {r["url"] for r in rows(pg_url, "SELECT url FROM candidates")} == {
+            lk.url for lk in links.values()}
+    finally:
+        first.close()
+        second.close()
 
 
 def test_a_dropped_connection_is_reconnected(pg_url: PgUrl) -> None:

@@ -355,7 +355,8 @@ class PostgresBatches(PostgresSql):
             try:
                 self._pipelined(writes, leases)
                 break
-            except _Conflict:  # another worker's batch locked rows in the other order
+            except _Conflict as exc:  # another worker's batch locked rows in the other order
+                log.info("database %s: %s; the batch is sent again", self.path, exc)
                 conflicts += 1
                 if conflicts > _CONFLICT_RETRIES:
                     raise
@@ -381,8 +382,13 @@ class PostgresBatches(PostgresSql):
                     # each statement once for all its rows: 3× less of psycopg's time a row
                     # than one execute each; in the order the statements first came (a crawl
                     # action's own order holds: only two actions of one URL could see theirs
-                    # interleaved, and an origin has at most one action a batch)
+                    # interleaved, and an origin has at most one action a batch); an upsert's
+                    # rows in key order (their first value; stable: the last of a key wins),
+                    # so that two workers' batches lock the rows they share (links to the same
+                    # URLs) in the same order instead of deadlocking (a second's wait each)
                     for query, rows in self._batch.items():
+                        if "ON CONFLICT" in query:
+                            rows.sort(key=_first)
                         conn.cursor().executemany(query, rows)
                         self.statements += len(rows)
                     conn.execute("COMMIT")
@@ -684,6 +690,10 @@ class PostgresStore(PostgresBatches):
         data = super().stats()
         data["fleet"] = self.fleet_stats()
         return data
+
+
+def _first(row: tuple[Any, ...]) -> Any:
+    return row[0]
 
 
 def _lost(exc: psycopg.Error, where: str) -> ConnectionLost:
