@@ -234,13 +234,17 @@ class Worker:
                 crawl.finish()
                 return
             # poll again after the interval (within a second when idle or while the shares
-            # move), or as soon as the last origin crawler finishes
+            # move), as soon as the last origin crawler finishes, or as soon as the partitions
+            # being handed back have no turn left (a joining worker gets them a poll sooner)
             busy = bool(crawl.turns.crawlers)
             settled = busy and not self.releasing and len(self.held) >= self._share
             end = time.monotonic() + (self.interval if settled else min(self.interval, 1.0))
             while time.monotonic() < end and not crawl.turns.stopping:
                 crawl.turns.revoke(self.holds)
                 if busy and all(c.finished for c in crawl.turns.crawlers.values()):
+                    break
+                if self.releasing and self.releasing.isdisjoint(
+                        self.part(o) for o in crawl.turns.running()):
                     break
                 await asyncio.sleep(0.02)
 
