@@ -223,3 +223,23 @@ def test_the_crawl_process_loads_no_page_analysis_or_other_backend_libraries() -
             "& {'numpy', 'psycopg', 'aiohttp'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_crawl_without_serve_loads_neither_the_view_nor_aiohttp(serve, tmp_path: Path) -> None:
+    """The live view's server (aiohttp, prometheus_client) is loaded for --serve only: it cost
+    every crawl's start 0.2 s of CPU and 10 MB."""
+    site = serve({"one": {"/": Page(html("Home", ["/a"])), "/a": Page(html("A", []))}})
+    code = textwrap.dedent("""
+        import atexit, sys
+        from courtly.cli import main
+        loaded = lambda: {m.split(".")[0] for m in sys.modules} | set(sys.modules)
+        atexit.register(lambda: print(sorted(loaded() & {
+            "aiohttp", "prometheus_client", "numpy", "courtly.view.server"})))
+        main()
+    """)
+    args = ["crawl", site.origins["one"] + "/", "--db", str(tmp_path / "c.db"), "--min-delay", "0"]
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    assert len(rows(tmp_path / "c.db", "SELECT url FROM crawl_log WHERE http_status = 200")) == 2

@@ -242,13 +242,13 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
     if store.shared:  # a worker of the fleet (docs/distributed.md)
         from courtly.distributed import run_worker
 
-        with progress, serve_errors():
+        with progress, serve_errors(config):
             stats = run_worker(cast("PostgresStore", store), config, strategy, progress.update,
                                continuous, run=crawl_runner(config))
         progress.summary(stats)
         return 1 if stats.stop is not None and stats.stop.failed else 0
     crawler = Crawler(config, store, strategy, on_progress=progress.update)
-    with progress, serve_errors():
+    with progress, serve_errors(config):
         stats = asyncio.run(crawl_runner(config)(crawler))
     progress.summary(stats)
     return 1 if stats.stop is not None and stats.stop.failed else 0
@@ -287,8 +287,11 @@ def crawl_runner(config: CrawlConfig) -> Callable[[Crawler], Coroutine[Any, Any,
 
 
 @contextmanager
-def serve_errors() -> Iterator[None]:
+def serve_errors(config: CrawlConfig) -> Iterator[None]:
     """The live view cannot be served: one line, before any request is sent."""
+    if config.serve is None:  # no view: aiohttp not imported (0.2 s of the crawl's CPU)
+        yield
+        return
     from courtly.view.server import ViewError
 
     try:
