@@ -15,7 +15,8 @@ delay (the crawler and the database, not the delay, are the limit). For each it 
 - CPU ms a page of the crawl processes and of PostgreSQL: the crawl's own server processes
   (found by their application_name, sampled every 0.1 s), not the other clients of a shared
   server; the machine's CPU use (all cores, every process: the machine may be shared);
-- pages per worker, and the largest deviation from their mean.
+- pages per worker, and the largest deviation from their mean: over the whole crawl, and
+  while every worker crawls (from the last one's first action to the first one's last).
 
 Needs the PostgreSQL server of the tests (COURTLY_TEST_POSTGRES, default 127.0.0.1:5432/test).
 """
@@ -33,6 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +158,14 @@ def summary(mode: str, log: list[tuple[str, float, float, str | None]], m: Measu
         per_worker[r[3] or ""] = per_worker.get(r[3] or "", 0) + 1
     shares = sorted(per_worker.values(), reverse=True)
     mean = pages / len(shares)
+    # while every worker crawls: from the last one's first action to the first one's last (the
+    # processes' start-up, seconds apart on a loaded machine, and the crawl's tail left out)
+    starts = {w: min(r[1] for r in log if (r[3] or "") == w) for w in per_worker}
+    ends = {w: max(r[1] for r in log if (r[3] or "") == w) for w in per_worker}
+    lo, hi = max(starts.values()), min(ends.values())
+    together = Counter((r[3] or "") for r in log if lo <= r[1] <= hi)
+    steady = [together.get(w, 0) for w in per_worker]
+    steady_mean = sum(steady) / len(steady)
     return {
         "mode": mode, "pages": pages, "urls": len(urls),
         "twice": sum(1 for n in urls.values() if n > 1), "span": span,
@@ -165,6 +175,8 @@ def summary(mode: str, log: list[tuple[str, float, float, str | None]], m: Measu
         "crawl_cpu_ms": 1000 * m.crawl_cpu / pages, "pg_cpu_ms": 1000 * m.pg_cpu / pages,
         "machine": m.machine, "shares": shares,
         "spread": max(abs(s - mean) for s in shares) / mean,
+        "steady": sorted(steady, reverse=True), "steady_span": max(0.0, hi - lo),
+        "steady_spread": max(abs(s - steady_mean) for s in steady) / max(1e-9, steady_mean),
     }
 
 
@@ -216,7 +228,8 @@ def row(r: dict[str, Any], base: float | None) -> str:
             f"| {r['pages_per_s']:.0f} | {ratio} | {opt(r['statements'])} "
             f"| {opt(r['round_trips'])} | {r['crawl_cpu_ms']:.2f} | {r['pg_cpu_ms']:.2f} "
             f"| {100 * r['machine']:.0f}% | {', '.join(map(str, r['shares']))} "
-            f"| ±{100 * r['spread']:.0f}% |")
+            f"| ±{100 * r['spread']:.0f}% | {', '.join(map(str, r['steady']))} in "
+            f"{r['steady_span']:.1f} s | ±{100 * r['steady_spread']:.0f}% |")
 
 
 def main() -> None:
@@ -238,8 +251,8 @@ def main() -> None:
           f"concurrency {args.concurrency}; PostgreSQL at {BASE}; {time.strftime('%H:%M UTC')}")
     print("| mode | pages | URLs | URLs twice | pages/s | × SQLite | statements/page "
           "| round trips/page | crawl CPU ms/page | postgres CPU ms/page | machine CPU "
-          "| pages per worker | spread |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| pages per worker | spread | pages per worker while all crawl | spread |")
+    print("|" + " --- |" * 15)
     with tempfile.TemporaryDirectory(prefix="courtly-dbench-") as tmp, \
             nginx_mod.Nginx(site_dir, args.origins, args.base_port):
         work = Path(tmp)
