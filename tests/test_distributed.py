@@ -182,9 +182,10 @@ def test_killed_worker_loses_its_leases_and_the_other_takes_over(serve, pg_url: 
 
 def test_a_frozen_worker_is_fenced_off_and_drops_its_partitions(serve, pg_url: PgUrl,
                                                                 tmp_path: Path) -> None:
-    """SIGSTOP a worker past its lease while the other takes over, then SIGCONT it: its
-    requests in flight at the freeze are the only pages fetched twice, the database refuses
-    what it then writes under its old leases, and it drops them."""
+    """SIGSTOP a worker past its lease while the other takes over, then SIGCONT it: its crawl
+    actions in flight at the freeze (per origin, a request and the action before it if not yet
+    committed) are the only pages fetched twice, the database refuses what it then writes
+    under its old leases, and it drops them."""
     site = fleet_site(serve, page_delay=0.2)  # slow pages: requests are in flight at the freeze
     assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
     procs = start_workers(pg_url, 2, fleet_config(tmp_path, "same_host_pid_check = false\n"),
@@ -209,11 +210,11 @@ def test_a_frozen_worker_is_fenced_off_and_drops_its_partitions(serve, pg_url: P
     assert max(counts.values()) == 1
     later = [r for r in log if r["worker"] == frozen_id][written:]
     assert all(r["started"] >= thawed_at for r in later), "a stale write was accepted"
-    # on the wire: only the requests in flight at the freeze (one per origin at most) twice
+    # on the wire: only the crawl actions in flight at the freeze (two per origin at most)
     hits = Counter(f"{name}{path}" for name in NAMES for path in fetched_paths(site, name))
     twice = [u for u, n in hits.items() if n > 1]
-    assert max(hits.values()) <= 2 and len(twice) <= len(NAMES)
-    assert len({u.split("/", 1)[0] for u in twice}) == len(twice)
+    assert max(hits.values()) <= 2
+    assert max(Counter(u.split("/", 1)[0] for u in twice).values(), default=0) <= 2
     assert "lost the leases of partitions" in errs[procs.index(frozen)]
     assert_polite(site, 0.1)
 

@@ -170,10 +170,10 @@ class Worker:
     ) -> Plan:
         """Heartbeat, rebalance the leases, and say which origins to crawl (or that all is done).
 
-        `active`: origins with a live origin crawler, `running` those with a turn under way (a
-        partition is handed back once none of its origins has one); `finished`: crawlers that
-        ended since the
-        last poll (those that gave up are finished for the run, fleet-wide).
+        `active`: origins with a live origin crawler, `running` those with a turn under way or
+        a crawl action not yet committed (a partition is handed back once none of its origins
+        has one); `finished`: crawlers that ended since the last poll (those that gave up are
+        finished for the run, fleet-wide).
         """
         store = self.store
         active = set(active)
@@ -224,8 +224,9 @@ class Worker:
     async def _follow(self, crawl: Steering, polls: DatabaseThread) -> None:
         while not crawl.turns.stopping:
             finished = crawl.turns.forget_finished()
-            plan = await polls.call(self.poll, list(crawl.turns.crawlers), finished,
-                                    crawl.stats.actions, crawl.due_time(), crawl.turns.running())
+            under_way = _under_way(crawl)  # busy until its crawl actions are committed
+            plan = await polls.call(self.poll, [*crawl.turns.crawlers, *under_way], finished,
+                                    crawl.stats.actions, crawl.due_time(), under_way)
             if plan.scope is not None:  # seeds were added
                 crawl.rescope(plan.scope)
             for origin in plan.origins:
@@ -235,7 +236,8 @@ class Worker:
                 return
             # poll again after the interval (within a second when idle or while the shares
             # move), as soon as the last origin crawler finishes, or as soon as the partitions
-            # being handed back have no turn left (a joining worker gets them a poll sooner)
+            # being handed back have no turn or write left (a joining worker gets them a poll
+            # sooner)
             busy = bool(crawl.turns.crawlers)
             settled = busy and not self.releasing and len(self.held) >= self._share
             end = time.monotonic() + (self.interval if settled else min(self.interval, 1.0))
@@ -244,7 +246,7 @@ class Worker:
                 if busy and all(c.finished for c in crawl.turns.crawlers.values()):
                     break
                 if self.releasing and self.releasing.isdisjoint(
-                        self.part(o) for o in crawl.turns.running()):
+                        self.part(o) for o in _under_way(crawl)):
                     break
                 await asyncio.sleep(0.02)
 
@@ -264,15 +266,18 @@ class Worker:
             store.stop_workers(dead)
             live, _ = store.fleet(self.host)
         share = self._share = math.ceil(self.partitions / max(1, live))
+        marked = self.releasing  # since an earlier poll: no turn of theirs has started since
         if len(held) > share:
             extra = set(sorted(held, reverse=True)[: len(held) - share])
             self.held, self.releasing = held - extra, extra
         else:
             self.held, self.releasing = set(held), set()
         if self.releasing:
-            # hand back only partitions none of whose origins is still being crawled here
+            # hand back only partitions marked before `running` was taken and none of whose
+            # origins is still being crawled here (a turn, or a crawl action not committed:
+            # the next owner's todo list must see it)
             busy_parts = {self.part(o) for o in running}
-            free = sorted(self.releasing - busy_parts)
+            free = sorted((self.releasing & marked) - busy_parts)
             store.release(self.id, free)
             self.releasing = self.releasing - set(free)
         elif len(self.held) < share:
@@ -282,6 +287,11 @@ class Worker:
                 log.info("leased partitions %s", sorted(gained))
                 self.epochs = {**self.epochs, **gained}
                 self.held = self.held | set(gained)
+
+
+def _under_way(crawl: Steering) -> list[str]:
+    """The origins with a turn running or a crawl action not yet committed."""
+    return [*crawl.turns.running(), *crawl.db.unwritten()]
 
 
 def _gave_up(crawler: OriginCrawler) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,6 +48,9 @@ class Database:
 
             assert isinstance(store, PostgresStore)
             self.thread = DatabaseThread(store, on_refused)
+        #: on PostgreSQL: the origins whose last crawl action is not committed yet, and when it
+        #: will be
+        self._unwritten: dict[str, asyncio.Future[None]] = {}
 
     def stop_on_failure(self, stop: Callable[[StoreError], None]) -> None:
         """The database thread gave up (the server stayed away past the limit): `stop` hears
@@ -103,16 +107,35 @@ class Database:
 
     # -- writes --------------------------------------------------------------------------
     async def record(self, action: CrawlAction, run: int) -> None:
-        """Store.record; on PostgreSQL queued under the lease of the action's origin, and
-        awaited: an origin has at most one crawl action fetched and not yet written (the loop
-        goes on with the other origins meanwhile)."""
+        """Store.record; on PostgreSQL queued under the lease of the action's origin, not
+        awaited: the origin's next turn goes on while it is written. Its next crawl action waits
+        for it, so that an origin has at most one action written and not yet committed (and a
+        request in flight); the loop goes on with the other origins meanwhile."""
         if self.thread is None:
             self.store.record(action, run)
             return
+        origin = action.origin
+        previous = self._unwritten.get(origin)
+        if previous is not None and not previous.done():
+            await previous
         if action.origin_state is not None:
             action.origin_state = _snapshot(action.origin_state)
-        self.thread.write(Write(action, run, self.fence(action.origin)))
-        await self.thread.flush()
+        self.thread.write(Write(action, run, self.fence(origin)))
+        written = self._unwritten[origin] = self.thread.committed()
+        written.add_done_callback(functools.partial(self._written, origin))
+
+    def _written(self, origin: str, done: asyncio.Future[None]) -> None:
+        """An origin's last crawl action is committed (or refused, or the database is gone for
+        good: the error is the next flush's)."""
+        if self._unwritten.get(origin) is done:
+            del self._unwritten[origin]
+        if not done.cancelled():
+            done.exception()  # retrieved: flush raises it
+
+    def unwritten(self) -> list[str]:
+        """The origins whose last crawl action is not committed yet (a fleet hands a partition
+        back only once it has none)."""
+        return list(self._unwritten)
 
     def save_origin(self, state: OriginState) -> None:
         """Store.save_origin; queued on PostgreSQL, under the lease of the origin."""

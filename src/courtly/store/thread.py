@@ -86,9 +86,13 @@ class DatabaseThread:
             raise self.failed
         self._put(write)
 
+    def committed(self) -> asyncio.Future[None]:
+        """A future settled once every write queued so far is committed (or refused)."""
+        return self.later(_nothing)
+
     async def flush(self) -> None:
         """Wait until every write queued so far is committed (or refused)."""
-        await self.call(_nothing)
+        await self.committed()
 
     def close(self) -> None:
         """Finish what is queued, then stop the thread (the store stays open)."""
