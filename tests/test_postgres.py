@@ -6,6 +6,7 @@ fixture; these tests cover what only this backend has.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import random
@@ -23,11 +24,12 @@ import pytest
 import zstandard
 
 from courtly.distributed import partition_key, partition_of
-from courtly.model import CrawlAction, ExitCode, Link
+from courtly.model import CrawlAction, ExitCode, Link, LinkState
 from courtly.pageworker import compress
 from courtly.site import Page, html
 from courtly.store import StoreError, open_store
 from courtly.store.base import Write
+from courtly.store.database import Database, StrategyStore
 from courtly.store.postgres import ANY_KEY, PostgresStore, conninfo_and_schema, database_exists
 from courtly.store.schema import MIGRATIONS
 from tests.conftest import courtly, courtly_process, fetched_paths, rows
@@ -159,6 +161,30 @@ def test_two_batches_upsert_shared_links_in_one_order(pg_url: PgUrl,
     finally:
         first.close()
         second.close()
+
+
+def test_a_strategys_states_of_a_pages_links_need_no_wait(pg_url: PgUrl) -> None:
+    """The states of a page's links are read with its look-ups: a strategy asking for them
+    then is answered on the event loop, not by the database thread (here closed: a wait for
+    it would fail)."""
+    origin = "http://a.example"
+    store = PostgresStore(pg_url)
+    try:
+        store.add_origins([origin])
+        store.add_links([Link(f"{origin}/known", origin, 1, 0.5)])
+        db = Database(store)
+        links = [f"{origin}/known", f"{origin}/new"]
+
+        async def look_up() -> None:
+            await db.page_lookups(None, None, f"{origin}/", 0.8, links, 0.5)
+
+        asyncio.run(look_up())
+        db.close()
+        assert StrategyStore(db).states(links) == {f"{origin}/known": LinkState.NOT_CRAWLED}
+        with pytest.raises(StoreError, match="closed"):  # a URL not looked up waits
+            StrategyStore(db).states([f"{origin}/other"])
+    finally:
+        store.close()
 
 
 def test_a_dropped_connection_is_reconnected(pg_url: PgUrl) -> None:

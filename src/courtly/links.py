@@ -45,11 +45,10 @@ class Links:
         return self.scheduled()
 
     def wanted(self, action: CrawlAction, links: list[tuple[str, str]]
-               ) -> tuple[list[str], float] | None:
+               ) -> tuple[list[str], float]:
         """The URLs of a page's links whose states `page` needs, and their score (read with the
-        page's other look-ups: Store.page_lookups); None: the strategy's handlers decide."""
-        if not self.base_handlers:
-            return None
+        page's other look-ups: Store.page_lookups; for a strategy with handlers of its own, so
+        that the seen cache answers its `refresh_states` without a wait)."""
         in_scope = self.policy.in_scope
         return ([url for url, _ in links if in_scope(url)],
                 breadth_first_score(action.candidate.depth + 1))
@@ -64,7 +63,7 @@ class Links:
         since they were added), with `breadth_first_score` (no per-link Request and Scheduled).
         """
         depth = action.candidate.depth + 1
-        if unsettled is None:
+        if not self.base_handlers or unsettled is None:
             in_scope = self.policy.in_scope
             found = [Request(url, depth, meta={"anchor": text})
                      for url, text in links if in_scope(url)]

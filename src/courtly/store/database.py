@@ -186,14 +186,20 @@ def _snapshot(state: OriginState) -> OriginState:
 
 class StrategyStore:
     """What a crawling strategy reads and writes (strategy.StoreContext), synchronously: its reads
-    wait for the database thread (a custom strategy's state look-ups block the loop), its
-    writes are queued."""
+    of what the seen cache does not know wait for the database thread (the loop with them: the
+    metadata of an origin not crawled here, once; states of URLs not on the page), its writes
+    are queued."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
 
     def states(self, urls: list[str]) -> dict[str, LinkState]:
-        """Store.states."""
+        """Store.states: on PostgreSQL from the seen cache when it knows every URL (the links of
+        the page being handled were read with its look-ups), without waiting for the thread."""
+        if self.db.thread is not None:
+            known, missing = self.db.thread.store.seen.known(dict.fromkeys(urls))
+            if not missing:
+                return known
         return self.db.wait(self.db.store.states, urls)
 
     def load_origin(self, origin: str) -> OriginState:

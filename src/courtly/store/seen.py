@@ -35,7 +35,8 @@ class SeenCache:
 
     def known(self, urls: Iterable[str]) -> tuple[dict[str, LinkState], list[str]]:
         """The states the cache knows (a URL known to be absent from the database is left out)
-        and the URLs it does not know."""
+        and the URLs it does not know. (Read only: the event loop may call it while the database
+        thread writes the cache, each look-up one dict.get.)"""
         states: dict[str, LinkState] = {}
         unknown: list[str] = []
         entries = self._entries
