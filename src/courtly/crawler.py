@@ -1,8 +1,9 @@
 """The crawl loop: origin crawlers take turns through the penalty box; one URL, top to bottom.
 
 Follow a URL: `_turn` (robots.txt first: robots_cache.py) → `_next_candidate` (todo list,
-outcome.refusal) → `_crawl` (fetch; outcome.read; content.py reads the body, links.py its links)
-→ `_record` (outcome.settle; one store transaction). See docs/crawl-loop.md, architecture.md.
+outcome.refusal) → `_crawl` (fetch; outcome.read) → `_end` (content.py reads the body, links.py
+its links: beside the origin's next request) → `_record` (outcome.settle; one store
+transaction). See docs/crawl-loop.md, architecture.md.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Crawler:
         self.links = Links(strategy, self.db, self.steering.policy, config.normalize,
                            self.steering.admit)
         self.content = ContentReader(config, self.db, strategy, self.links)
+        self._read_beside = not strategy.has_goal()  # else asked before each request, as it was
         strategy.bind(StoreContext(StrategyStore(self.db), self.turns.live_state))
         self.warc = CrawlArchive.of(config.warc, store, lambda exc: self._stop_for(None, exc))
 
@@ -149,6 +151,7 @@ class Crawler:
 
     async def _give_up(self, crawler: OriginCrawler) -> float | None:
         """Record a batch of the URLs an origin given up has left (ORIGIN_GIVEN_UP, no budget)."""
+        await self.turns.settled(crawler)  # take_todo must not see its last URL as untaken
         left = crawler.todo or await self.db.take_todo(
             crawler.origin, self.run_id, max(1, self.strategy.todo_batch),
             self.steering.due_time())
@@ -168,9 +171,11 @@ class Crawler:
             if time.monotonic() < crawler.next_request_at:
                 return crawler.next_request_at
             if not self.robots.load_stored(crawler):
+                await self.turns.settled(crawler)  # its settlement, then robots.txt's rules
                 await self.robots.fetch(crawler, self._get_robots)
                 return None if crawler.patience <= 0 else crawler.next_request_at
         if (ending := outcome.ending(crawler, self.config)) is not None:
+            await self.turns.settled(crawler)  # its last action's settlement, then the ending
             crawler.ending = ending
             return None
         if crawler.origin not in self._opened:
@@ -183,13 +188,9 @@ class Crawler:
         if time.monotonic() < crawler.next_request_at:
             crawler.todo.insert(0, candidate)
             return crawler.next_request_at
-        action = await self._crawl(crawler, candidate)
-        if action is None:
+        if not await self._crawl(crawler, candidate):
             crawler.todo.insert(0, candidate)
             return None
-        await self._record(crawler, action)
-        if self.strategy.finished():
-            self.stop(Stop(StopKind.GOAL, "the strategy reached its goal"))
         return None if crawler.patience <= 0 else crawler.next_request_at
 
     async def _get_robots(self, url: str) -> HttpResponse:
@@ -203,7 +204,8 @@ class Crawler:
         while not self.turns.stopping:
             if self._spent():
                 return None
-            if not crawler.todo:
+            if not crawler.todo:  # its last URL recorded first: take_todo writes nothing
+                await self.turns.settled(crawler)
                 batch = todo_batch(crawler, self.strategy.todo_batch, self.config.politeness)
                 crawler.todo = await self.db.take_todo(crawler.origin, self.run_id, batch,
                                                        self.steering.due_time())
@@ -227,16 +229,17 @@ class Crawler:
         return stop is not None
 
     # -- one crawl action ----------------------------------------------------------------
-    async def _crawl(self, crawler: OriginCrawler, candidate: Candidate) -> CrawlAction | None:
-        """Fetch one URL (conditionally when its validators are known) and read the answer;
-        None: in a fleet, the origin's lease was lost while waiting at its gate."""
+    async def _crawl(self, crawler: OriginCrawler, candidate: Candidate) -> bool:
+        """Fetch one URL (conditionally when its validators are known), read the answer's
+        outcome, then its body and record it all: beside the origin's next request when there
+        is a body to read. False: in a fleet, the origin's lease was lost at its gate."""
         action = CrawlAction(candidate, crawler.origin, ExitCode.OK, clock.now())
         started = time.monotonic()
         result: outcome.Answer
         try:
             async with self.gate.request(crawler.origin):
                 if not self.steering.owns(crawler.origin):
-                    return None
+                    return False
                 self.stats.requests += 1
                 crawler.pages_this_run += 1
                 result = await self.fetcher.get(
@@ -245,23 +248,26 @@ class Crawler:
         except FetchError as exc:
             result = exc
         answered = time.monotonic()
+        await self.turns.settled(crawler)  # the origin's last action first: its decisions hold
+        started += time.monotonic() - answered  # (that wait is not this action's)
+        reading: outcome.Reading | None = None
         try:
-            await self._read(crawler, action, result, answered)
-        except StoreError:
-            raise  # the database failed: the crawl stops (_stop_for)
+            reading = self._outcome(crawler, action, result, answered)
         except Exception as exc:  # a bug must not stop the origin: the URL gets an exit code
-            log.warning("internal error on %s: %s", candidate.url, describe(exc))
-            log.debug("internal error", exc_info=exc)
-            action = outcome.internal_error(action, describe(exc))
-        action.elapsed = time.monotonic() - started
+            action = internal_error(action, exc)
         # the delay runs from the server's answer: our own work on the page is not the site's
         delay = delay_for(crawler, self.config.politeness)
         crawler.next_request_at = max(crawler.next_request_at, answered + delay)
-        return action
+        end = self._end(crawler, action, result, reading, started)
+        if reading is None or reading.next is outcome.Next.NOTHING or not self._read_beside:
+            await end  # an error's settlement (patience, backoff) holds for the next request
+        else:  # the page is parsed and recorded while the origin's next request goes
+            await self.turns.beside(crawler, end)
+        return True
 
-    async def _read(self, crawler: OriginCrawler, action: CrawlAction, result: outcome.Answer,
-                    now: float) -> None:
-        """The outcome of the answer, then its body: exit code, results, the origin's pause."""
+    def _outcome(self, crawler: OriginCrawler, action: CrawlAction, result: outcome.Answer,
+                 now: float) -> outcome.Reading:
+        """What the answer says: exit code, what to read of the body, the origin's pause."""
         wall = clock.now()
         reading = outcome.read(action.candidate.url, result, crawler, self.config, now, wall,
                                backoff_jitter())
@@ -270,11 +276,25 @@ class Crawler:
             pause(crawler, reading.backoff_level, reading.pause, now)
             crawler.state.backoff_until = wall + reading.pause
             action.origin_state = crawler.state
-        if isinstance(result, FetchError):
-            return
-        crawler.answered_in(result.elapsed)
-        self.stats.responded(result.elapsed, len(result.body))
-        await self.content.read(action, reading, result)
+        if not isinstance(result, FetchError):
+            crawler.answered_in(result.elapsed)
+            self.stats.responded(result.elapsed, len(result.body))
+        return reading
+
+    async def _end(self, crawler: OriginCrawler, action: CrawlAction, result: outcome.Answer,
+                   reading: outcome.Reading | None, started: float) -> None:
+        """The body read (content.py; the page worker parses a page), the action recorded."""
+        if reading is not None and not isinstance(result, FetchError):
+            try:
+                await self.content.read(action, reading, result)
+            except StoreError:
+                raise  # the database failed: the crawl stops (_stop_for)
+            except Exception as exc:  # a bug must not stop the origin: the URL gets an exit code
+                action = internal_error(action, exc)
+        action.elapsed = time.monotonic() - started
+        await self._record(crawler, action)
+        if self.strategy.finished():
+            self.stop(Stop(StopKind.GOAL, "the strategy reached its goal"))
 
     async def _record(self, crawler: OriginCrawler, action: CrawlAction,
                       budgeted: bool = True) -> None:
@@ -310,3 +330,9 @@ class Crawler:
             await asyncio.sleep(tick)
             self.db.flush_group(self.config.commit_interval)  # a group open that long
 
+
+def internal_error(action: CrawlAction, exc: Exception) -> CrawlAction:
+    """A bug raised while reading the answer: logged, and the URL's exit code INTERNAL_ERROR."""
+    log.warning("internal error on %s: %s", action.candidate.url, describe(exc))
+    log.debug("internal error", exc_info=exc)
+    return outcome.internal_error(action, describe(exc))

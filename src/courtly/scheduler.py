@@ -200,6 +200,8 @@ class Turns:
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: dict[str, asyncio.Task[None]] = {}  # origin → its turn
         self._revoked: set[str] = set()  # origins whose turn was cancelled by `revoke`
+        self._concurrency = concurrency
+        self._beside: dict[str, asyncio.Task[None]] = {}  # origin → its last action's end
 
     @property
     def stopping(self) -> bool:
@@ -234,8 +236,42 @@ class Turns:
         return finished
 
     def running(self) -> list[str]:
-        """The origins whose turn is under way."""
-        return list(self._running)
+        """The origins whose turn, or whose last crawl action's end (`beside`), is under way."""
+        return list(self._running.keys() | self._beside.keys())
+
+    async def beside(self, crawler: OriginCrawler, end: Coroutine[Any, Any, None]) -> None:
+        """Run `end`, the rest of the origin's crawl action (reading its body, recording it),
+        beside the origin's next turns, which wait for it with `settled`; at once when
+        `concurrency` such ends are already running (they hold bodies). It counts as in flight
+        (--max-actions) and is drained as a turn is; one that raises is a turn that failed."""
+        if len(self._beside) >= self._concurrency:
+            await end
+            return
+        task = asyncio.get_running_loop().create_task(self._end(crawler, end))
+        self._stats.in_flight += 1
+        self._beside[crawler.origin] = task
+        self._tasks.add(task)
+        task.add_done_callback(lambda done: self._ended(crawler.origin, end, done))
+
+    async def _end(self, crawler: OriginCrawler, end: Coroutine[Any, Any, None]) -> None:
+        try:
+            await end
+        except Exception as exc:  # the crawl decides what stops; the origin is finished
+            self._failed(crawler, exc)
+
+    def _ended(self, origin: str, end: Coroutine[Any, Any, None], task: asyncio.Task[None]
+               ) -> None:
+        self._stats.in_flight -= 1
+        if self._beside.get(origin) is task:
+            del self._beside[origin]
+        end.close()  # cancelled before it began, it was never awaited
+        self._done(task)
+
+    async def settled(self, crawler: OriginCrawler) -> None:
+        """Wait until the origin's last crawl action is recorded (see `beside`)."""
+        task = self._beside.get(crawler.origin)
+        if task is not None:
+            await asyncio.wait((task,))  # cancelling the waiting turn does not cancel it
 
     def revoke(self, keep: Callable[[str], bool]) -> None:
         """Cancel the running turns of the origins `keep` says no to (a fleet's lost lease): the
@@ -377,12 +413,15 @@ class Turns:
         log.info("%s finished: %s", crawler.origin, why)
 
     async def drain(self) -> None:
-        """Let running turns finish for a moment, then cancel them (their URLs stay queued)."""
-        if self._tasks:
-            _, pending = await asyncio.wait(self._tasks, timeout=2.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        """Let running turns (and the ends they start) finish for a moment, then cancel them
+        (their URLs stay queued)."""
+        deadline = time.monotonic() + 2.0
+        while self._tasks and time.monotonic() < deadline:
+            await asyncio.wait(set(self._tasks), timeout=deadline - time.monotonic())
+        pending = list(self._tasks)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def effective_crawl_delay(crawl_delay: float | None, rules: Politeness) -> float | None:

@@ -278,6 +278,11 @@ class CrawlingStrategy:
                          "schedule", "take_scheduled")
         )
 
+    def has_goal(self) -> bool:
+        """Whether finished() is this strategy's own: the crawl then asks it after each crawl
+        action is recorded and before the origin's next request (no request beside a record)."""
+        return type(self).finished is not CrawlingStrategy.finished or "finished" in vars(self)
+
     def take_scheduled(self) -> list[Scheduled]:
         """Hand the scheduled requests to the crawler (and forget them)."""
         out, self.scheduled = self.scheduled, []

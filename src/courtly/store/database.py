@@ -108,9 +108,10 @@ class Database:
     # -- writes --------------------------------------------------------------------------
     async def record(self, action: CrawlAction, run: int) -> None:
         """Store.record; on PostgreSQL queued under the lease of the action's origin, not
-        awaited: the origin's next turn goes on while it is written. Its next crawl action waits
-        for it, so that an origin has at most one action written and not yet committed (and a
-        request in flight); the loop goes on with the other origins meanwhile."""
+        awaited: the origin's next turn goes on while it is written. Its next crawl action's
+        record waits for it, so that an origin has at most one action written and not yet
+        committed (besides one being read beside its next request, and that request: crawler.py);
+        the loop goes on with the other origins meanwhile."""
         if self.thread is None:
             self.store.record(action, run)
             return
