@@ -39,6 +39,7 @@ import xxhash
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from courtly import dedup, minhash
+from courtly.config import Dedup
 
 EDITS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.10, 0.20)
 
@@ -203,7 +204,7 @@ def templated_signatures(pages: int, seed: int) -> list[bytes]:
     out = []
     for _ in range(pages):
         own = " ".join(rng.choice(vocab) for _ in range(120))
-        sig = minhash.signature(f"{head} {own} {tail}")
+        sig = minhash.signature(f"{head} {own} {tail}", Dedup().min_words)
         assert sig is not None
         out.append(sig)
     return out

@@ -8,10 +8,13 @@ import re
 from pathlib import Path
 
 from courtly import dedup, minhash
+from courtly.config import Dedup
 from courtly.model import Candidate, CrawlAction, ExitCode
 from courtly.site import Page, html
 from courtly.store.sqlite import SqliteStore
 from tests.conftest import candidates, courtly, fetched_paths, rows
+
+MIN_WORDS = Dedup().min_words
 
 _VOCAB = [
     "crawler", "frontier", "politeness", "origin", "robots", "sitemap", "fetch", "parse", "link",
@@ -103,14 +106,14 @@ def test_near_duplicates_off_and_threshold(serve, db: Path, tmp_path: Path) -> N
 
 def test_signature_similarity_tracks_edits() -> None:
     text = article(7, 400)
-    sig = minhash.signature(" ".join(text))
+    sig = minhash.signature(" ".join(text), MIN_WORDS)
     assert sig is not None and len(sig) == 2 * dedup.BINS
-    assert minhash.signature("too short to say anything") is None
+    assert minhash.signature("too short to say anything", MIN_WORDS) is None
     edited = list(text)
     for i in range(0, 400, 100):
         edited[i] = "zzz"
-    other = minhash.signature(" ".join(article(8, 400)))
-    near = minhash.signature(" ".join(edited))
+    other = minhash.signature(" ".join(article(8, 400)), MIN_WORDS)
+    near = minhash.signature(" ".join(edited), MIN_WORDS)
     assert near is not None and other is not None
     assert dedup.similarity(sig, sig) == 1.0
     assert dedup.similarity(sig, near) >= 0.85
@@ -122,7 +125,7 @@ def test_signature_similarity_tracks_edits() -> None:
 def test_signatures_are_those_stored_by_earlier_versions() -> None:
     """Stored signatures are compared with new ones: the function's output must never change."""
     text = " ".join(f"Word{i % 37}, w{i * 7 % 101}." for i in range(400))
-    sig = minhash.signature(text)
+    sig = minhash.signature(text, MIN_WORDS)
     assert sig is not None and len(sig) == 2 * dedup.BINS
     assert hashlib.sha256(sig).hexdigest()[:32] == "15c81cf3d4e8cc501a6ae18165091fda"
 
@@ -159,17 +162,17 @@ def test_index_finds_near_copies_among_many(tmp_path: Path) -> None:
     store.add_links([Link(f"http://a/{i}", "http://a", 0) for i in range(300)])
     for i, cand in enumerate(store.take_todo("http://a", 1, 300, 0.0)):
         action = CrawlAction(cand, "http://a", ExitCode.OK, 0.0)
-        action.near_signature = minhash.signature(" ".join(article(1000 + i)))
+        action.near_signature = minhash.signature(" ".join(article(1000 + i)), MIN_WORDS)
         store.record(action, 1)
     copy = article(1000 + 123)
     copy[5] = "edited"
-    sig = minhash.signature(" ".join(copy))
+    sig = minhash.signature(" ".join(copy), MIN_WORDS)
     assert sig is not None
     found = store.find_similar(sig, "http://a/new", 0.8)
     assert found is not None and found[0] == "http://a/123"
     assert store.find_similar(sig, "http://a/123", 0.8) is None  # never itself
-    assert store.find_similar(minhash.signature(" ".join(article(5))) or b"", "http://x", 0.8) \
-        is None
+    other = minhash.signature(" ".join(article(5)), MIN_WORDS)
+    assert store.find_similar(other or b"", "http://x", 0.8) is None
     keys = rows(tmp_path / "d.db", "SELECT COUNT(*) AS n FROM near_dup_keys")[0]["n"]
     assert keys == 300 * dedup.BANDS
     # a recrawl (the todo list gives the last exit code) replaces the page's signature and keys
@@ -183,8 +186,8 @@ def test_index_finds_near_copies_among_many(tmp_path: Path) -> None:
     twice = Candidate(2, "http://a/1", 0)
     for text in (article(7), article(8)):
         action = CrawlAction(twice, "http://a", ExitCode.OK, 0.0)
-        action.near_signature = minhash.signature(" ".join(text))
+        action.near_signature = minhash.signature(" ".join(text), MIN_WORDS)
         store.record(action, 2)
     stored = rows(tmp_path / "d.db", "SELECT signature FROM near_dup WHERE candidate = 2")
-    assert [r["signature"] for r in stored] == [minhash.signature(" ".join(article(8)))]
+    assert [r["signature"] for r in stored] == [minhash.signature(" ".join(article(8)), MIN_WORDS)]
     store.close()

@@ -19,7 +19,7 @@ def signature(path: str) -> bytes | None:
     """The near-duplicate signature the page worker computes for this page."""
     config = CrawlConfig()
     settings = PageSettings("courtly", config.limits.max_links_per_page,
-                            config.limits.max_parse_size, True, config.normalize, False)
+                            config.limits.max_parse_size, config.dedup, config.normalize, False)
     body = gzip.decompress((DATA / f"{path}.gz").read_bytes())
     return analyse_page(settings, f"http://docs.test/{path}", body, "text/html", "").near_signature
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import zstandard
 
-from courtly.config import Normalize
+from courtly.config import Dedup, Normalize
 from courtly.pageworker import PageAnalysis, PageSettings, PageWorker, analyse_page
 from courtly.parse import parse_html
 from courtly.site import Page, html
@@ -34,7 +34,8 @@ PAGES = [
 
 
 def settings(near: bool = True) -> PageSettings:
-    return PageSettings("courtly", 5000, 4 * 1024 * 1024, near, Normalize(), compress=True)
+    return PageSettings("courtly", 5000, 4 * 1024 * 1024, Dedup(near=near), Normalize(),
+                        compress=True)
 
 
 def test_analyse_page_resolves_filters_and_fingerprints() -> None:
@@ -148,11 +149,11 @@ def test_the_worker_exits_when_the_crawler_is_killed(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import asyncio, sys, time
         sys.path[:0] = {sys.path!r}
-        from courtly.config import Normalize
+        from courtly.config import Dedup, Normalize
         from courtly.pageworker import PageSettings, PageWorker
 
         async def main():
-            worker = PageWorker(PageSettings("courtly", 10, 1000, True, Normalize(), False), 1)
+            worker = PageWorker(PageSettings("courtly", 10, 1000, Dedup(), Normalize(), False), 1)
             await worker.analyse("http://a.test/", b"<a href=x>x</a>", None, "")
             print(worker._conn.proc.pid, flush=True)
             time.sleep(60)

@@ -206,6 +206,9 @@ class Dedup(_Section):
     exact: bool = True
     near: bool = True
     min_similarity: float = Field(0.8, gt=0, le=1)  # estimated Jaccard of word shingles
+    #: a page whose main content has fewer words gets no signature: too short to judge (tiny
+    #: pages look alike by chance; a book's index page is its chrome and a few links)
+    min_words: int = Field(50, ge=1)
     #: an exact duplicate's links are the original's (or a session-id trap's): not followed
     follow_links_of_exact_duplicates: bool = False
     follow_links_of_near_duplicates: bool = True

@@ -34,7 +34,7 @@ class ContentReader:
         limits = config.limits
         self.pages = PageWorker(  # parse_html and links, in a worker process (pageworker.py)
             PageSettings(product_token(config.user_agent), limits.max_links_per_page,
-                         limits.max_parse_size, config.dedup.near, config.normalize,
+                         limits.max_parse_size, config.dedup, config.normalize,
                          config.store_content, anchors=not links.base_handlers),
             config.parse_workers,
         )

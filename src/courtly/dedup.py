@@ -51,9 +51,6 @@ BANDS = 8  # indexed bands: 32 of the BINS values
 #: pages compared (and indexed) per band key
 MEMBERS = 8
 SHINGLE = 3
-#: pages whose main content has fewer words than this get no signature: too short to judge
-#: (tiny pages look alike by chance; an index page of a book is its chrome and a few links)
-MIN_WORDS = 50
 
 #: only the first TEXT_LIMIT bytes of a page's text are fingerprinted
 TEXT_LIMIT = 64 * 1024

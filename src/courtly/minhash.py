@@ -10,7 +10,7 @@ import string
 import numpy as np
 import numpy.typing as npt
 
-from courtly.dedup import BINS, MIN_WORDS, PACK, SHINGLE, TEXT_LIMIT
+from courtly.dedup import BINS, PACK, SHINGLE, TEXT_LIMIT
 
 _EMPTY = 1 << 16  # a bin no shingle fell in (the values are 16-bit)
 #: ASCII punctuation as spaces, for UTF-8 bytes (no multi-byte sequence contains an ASCII byte)
@@ -90,8 +90,9 @@ def shingle_hashes(words: U64) -> U64:
     return _mix(h)
 
 
-def signature(text: str, min_words: int = MIN_WORDS) -> bytes | None:
-    """The MinHash signature of a text (BINS 16-bit values, packed), or None if too short."""
+def signature(text: str, min_words: int) -> bytes | None:
+    """The MinHash signature of a text (BINS 16-bit values, packed), or None if it has fewer
+    than `min_words` words (dedup.min_words)."""
     words = word_hashes(text)
     if len(words) < min_words:
         return None

@@ -36,7 +36,7 @@ from typing import cast
 
 import zstandard
 
-from courtly.config import Normalize
+from courtly.config import Dedup, Normalize
 from courtly.parse import parse_html, robots_directives
 from courtly.urls import normalize, normalize_links
 
@@ -68,7 +68,7 @@ class PageSettings:
     token: str
     max_links: int
     max_parse_size: int
-    near: bool  # compute the near-duplicate signature
+    dedup: Dedup  # dedup.near: compute the near-duplicate signature (of dedup.min_words)
     normalize: Normalize
     compress: bool  # compress the body for storage
     anchors: bool = True  # extract anchor texts (only a strategy's own link handlers read them)
@@ -101,7 +101,7 @@ def analyse_page(
 ) -> PageAnalysis:
     """Parse one HTML page: directives, canonical, normalized links, near-duplicate signature."""
     page = parse_html(
-        body, content_type, settings.token, settings.max_links, want_text=settings.near,
+        body, content_type, settings.token, settings.max_links, want_text=settings.dedup.near,
         max_bytes=settings.max_parse_size, want_anchors=settings.anchors,
     )
     noindex, nofollow = robots_directives(x_robots_tag, settings.token)
@@ -113,8 +113,8 @@ def analyse_page(
         if canonical and canonical != url:
             out.canonical = canonical
             return out
-    if settings.near and not out.noindex:
-        out.near_signature = _minhash()(page.text)
+    if settings.dedup.near and not out.noindex:
+        out.near_signature = _minhash()(page.text, settings.dedup.min_words)
     if settings.compress and not out.noindex:
         out.content = compress(body)
     if out.nofollow:
@@ -137,7 +137,7 @@ def analyse_page(
 
 
 @functools.cache
-def _minhash() -> Callable[[str], bytes | None]:
+def _minhash() -> Callable[[str, int], bytes | None]:
     """minhash.signature, imported on first use: the crawl process loads NumPy only if it
     analyses pages itself (an import statement in analyse_page cost 5,000 instructions a page)."""
     from courtly.minhash import signature
