@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from courtly import robots, wildcards
+from courtly import wildcards
 from courtly.robots import (
     DEFAULT_MAX_SIZE,
     RobotsRules,
@@ -341,26 +341,25 @@ PATTERNS = st.lists(
 PATHS = st.text(alphabet="/ab$", max_size=10).map(lambda s: "/" + s)
 
 
-@pytest.mark.parametrize("matcher", ["re2", "wildcards", "wildcards-vectorized"])
+@pytest.mark.parametrize("cells", [None, 40, 0])  # a table of next places; partly; none
+@pytest.mark.parametrize("few", [None, 0])  # patterns walked one by one; all walked in numpy
 @given(lines=PATTERNS, paths=st.lists(PATHS, min_size=1, max_size=5))
 @settings(max_examples=300, deadline=None)
 def test_matches_a_reference_implementation(
-    lines: list[tuple[bool, str]], paths: list[str], matcher: str
+    lines: list[tuple[bool, str]], paths: list[str], few: int | None, cells: int | None
 ) -> None:
     body = "User-agent: *\n" + "".join(
         f"{'Allow' if allow else 'Disallow'}: {pattern}\n" for allow, pattern in lines
     )
-    original, few = robots._compile_set, wildcards._FEW
-    if matcher != "re2":  # what a set too big for RE2 gets: a WildcardSet
-        robots._compile_set = lambda rules: None  # type: ignore[assignment]
-    if matcher == "wildcards-vectorized":  # numpy's steps even for a handful of patterns
-        wildcards._FEW = 0
+    original = wildcards._FEW, wildcards._CELLS
+    wildcards._FEW = original[0] if few is None else few
+    wildcards._CELLS = original[1] if cells is None else cells
     try:
         rules = RobotsRules.parse(body.encode(), UA)
         for path in paths:
             assert rules.allowed("http://h" + path) == reference(lines, path), (body, path)
     finally:
-        robots._compile_set, wildcards._FEW = original, few
+        wildcards._FEW, wildcards._CELLS = original
 
 
 # --------------------------------------------------------------------------- speed
@@ -447,14 +446,12 @@ def test_no_catastrophic_backtracking() -> None:
         b"Disallow: /" + b"*a" * 30 + b"*b%d\n" % i for i in range(100)
     )
     path = "/" + "a" * 3000
-    for use_re2 in (True, False):
-        original = robots._compile_set
-        if not use_re2:
-            robots._compile_set = lambda rules: None  # type: ignore[assignment]
+    for few in (wildcards._FEW, 0):
+        original, wildcards._FEW = wildcards._FEW, few
         try:
             rules = RobotsRules.parse(body, UA)
         finally:
-            robots._compile_set = original
+            wildcards._FEW = original
         start = time.perf_counter()
         assert rules.allowed(path)
         assert time.perf_counter() - start < 1.0

@@ -58,16 +58,12 @@ import bisect
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import Final, NamedTuple
 from urllib.parse import quote
-
-import re2
 
 from courtly.config import ROBOTS_MIN_PARSE_LIMIT, Robots
 from courtly.urls import normalize_escapes, split_target
-
-if TYPE_CHECKING:
-    from courtly.wildcards import WildcardSet
+from courtly.wildcards import WildcardSet
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
@@ -92,9 +88,6 @@ _MATCHABLE = re.compile(r"[A-Za-z0-9_-]+")
 _FIRST_WORD = re.compile(r"[^\s/]*")
 _COMPATIBLE = re.compile(r"\(compatible;\s*([^\s/;)]+)")
 _VALID_TOKEN = re.compile(r"[A-Za-z_-]+")
-#: wildcard rules of at most this many parts in all go to one RE2 set, more to a WildcardSet
-_RE2_PARTS: Final = 2000
-_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 # Printable ASCII that needs no work: no escape, no literal '*' or '$', nothing outside a URI
 _CLEAN = re.compile(r"[A-Za-z0-9\-._~:/?\[\]@!&'()+,;=]*")
@@ -179,8 +172,8 @@ class _Rule(NamedTuple):
 
     allow: bool
     priority: int
-    segments: tuple[str, ...]  # literal parts between '*'s
-    anchored: bool  # pattern ended with '$'
+    #: normalised: literal parts between '*'s, then '$' when anchored (a literal '$' is %24)
+    pattern: str
     written: str  # the line as written (undecodable bytes as surrogates)
     label: str  # the group's name
     line: int
@@ -189,11 +182,6 @@ class _Rule(NamedTuple):
     def text(self) -> str:
         """The rule as explain() shows it."""
         return _printable(f"{self.written} (group {self.label}, line {self.line})")
-
-    def regex(self) -> bytes:
-        """RE2 source for this rule, to be anchored at the start of the path."""
-        source = b".*".join(re2.escape(part.encode()) for part in self.segments)
-        return source + (rb"\z" if self.anchored else b"")
 
 
 def _compile_rule(allow: bool, value: str, written: str, label: str, line: int) -> _Rule:
@@ -209,8 +197,7 @@ def _compile_rule(allow: bool, value: str, written: str, label: str, line: int) 
         priority -= 2 * (value.count("%2A") + value.count("%24"))
     if "**" in value:  # "a**b" is "a*b"
         value = _STARS.sub("*", value)
-    segments = tuple(value.split("*"))
-    return _Rule(allow, priority, segments, anchored, written, label, line)
+    return _Rule(allow, priority, value + "$" if anchored else value, written, label, line)
 
 
 @dataclass
@@ -264,30 +251,14 @@ def _parse_delay(value: str) -> float | None:
     return delay
 
 
+def _rank(rule: _Rule) -> int:
+    """Precedence: the longer pattern, then Allow on a tie."""
+    return 2 * rule.priority + rule.allow
+
+
 def _beats(rule: _Rule, other: _Rule) -> bool:
     """Tell whether ``rule`` wins over ``other``: longer pattern, or Allow on a tie."""
-    return rule.priority > other.priority or (
-        rule.priority == other.priority and rule.allow and not other.allow
-    )
-
-
-def _compile_set(rules: list[_Rule]) -> re2.Set | None:
-    """One RE2 set for all wildcard rules (linear time, no backtracking); None if they are too
-    many for RE2 to compile in a few milliseconds (about 3.6 µs a part), or RE2 refuses."""
-    if not rules or sum(len(rule.segments) for rule in rules) > _RE2_PARTS:
-        return None
-    options = re2.Options()
-    options.dot_nl = True
-    options.log_errors = False
-    options.max_mem = 32 << 20
-    matcher = re2.Set.MatchSet(options)
-    try:
-        for rule in rules:
-            matcher.Add(rule.regex())
-        matcher.Compile()
-    except re2.error:
-        return None  # too big for RE2's memory budget: WildcardSet then
-    return matcher
+    return _rank(rule) > _rank(other)
 
 
 class RobotsRules:
@@ -301,7 +272,6 @@ class RobotsRules:
         "_reason",
         "_wild",
         "_wild_keys",
-        "_wild_many",
         "_wild_set",
         "crawl_delay",
         "sitemaps",
@@ -329,22 +299,19 @@ class RobotsRules:
         self._prefixes: dict[int, dict[str, _Rule]] = {}
         self._exact: dict[str, _Rule] = {}  # literal patterns ending in '$'
         wild: list[_Rule] = []  # patterns with '*': tried in priority order
-        for rule in sorted(rules or [], key=lambda r: (-r.priority, not r.allow, r.line)):
-            if len(rule.segments) > 1:
+        # best first (stable: rules come in line order, the first of equals wins)
+        for rule in sorted(rules or [], key=_rank, reverse=True):
+            pattern = rule.pattern
+            if "*" in pattern:
                 wild.append(rule)
-                continue
-            table = self._exact if rule.anchored else self._prefixes.setdefault(
-                len(rule.segments[0]), {})
-            table.setdefault(rule.segments[0], rule)  # first one is the best: Allow wins a tie
+            elif pattern.endswith("$"):
+                self._exact.setdefault(pattern[:-1], rule)  # the first is the best: Allow wins
+            else:
+                self._prefixes.setdefault(len(pattern), {}).setdefault(pattern, rule)
         self._lengths = sorted(self._prefixes, reverse=True)
         self._wild = wild
-        self._wild_set = _compile_set(wild)
-        self._wild_many: WildcardSet | None = None
-        if self._wild_set is None and wild:
-            from courtly.wildcards import WildcardSet  # numpy: loaded only for a hostile file
-
-            self._wild_many = WildcardSet([(rule.segments, rule.anchored) for rule in wild])
-        self._wild_keys = [(-rule.priority, not rule.allow) for rule in wild]
+        self._wild_set = WildcardSet([rule.pattern for rule in wild]) if wild else None
+        self._wild_keys = [-_rank(rule) for rule in wild]  # ascending
 
     @classmethod
     def parse(cls, body: bytes, user_agent: str, max_size: int = DEFAULT_MAX_SIZE) -> RobotsRules:
@@ -371,7 +338,7 @@ class RobotsRules:
         groups: list[_Group] = []
         current: _Group | None = None
         sitemaps: list[str] = []
-        for number, raw in enumerate(_LINE_BREAK.split(body), start=1):
+        for number, raw in enumerate(body.splitlines(), start=1):  # bytes: CR, LF, CRLF only
             line = raw[:_MAX_LINE].decode("utf-8", "surrogateescape")
             line = line.partition("#")[0].strip()
             if not line:
@@ -438,17 +405,13 @@ class RobotsRules:
             if exact is not None:  # one octet ('$') longer than any prefix that can match
                 best = exact
         wild = self._wild
-        if wild and (best is None or _beats(wild[0], best)):
-            if self._wild_set is not None:
-                found = self._wild_set.Match(path.encode())  # indexes of all matching rules
-                if found and (best is None or _beats(wild[min(found)], best)):
-                    best = wild[min(found)]
-            elif self._wild_many is not None:  # the rules that beat best are a prefix of wild
-                limit = len(wild) if best is None else bisect.bisect_left(
-                    self._wild_keys, (-best.priority, not best.allow))
-                found = self._wild_many.first_match(path, limit)
-                if found is not None:
-                    best = wild[found]
+        if self._wild_set is not None and (best is None or _beats(wild[0], best)):
+            # the rules that beat best are a prefix of wild
+            limit = len(wild) if best is None else bisect.bisect_left(
+                self._wild_keys, -_rank(best))
+            found = self._wild_set.first_match(path, limit)
+            if found is not None:
+                best = wild[found]
         if best is None:
             return self._default, None
         return best.allow, best

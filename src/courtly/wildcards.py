@@ -1,171 +1,277 @@
-"""Many robots.txt wildcard patterns matched against one path at once, in bounded time.
+"""robots.txt wildcard patterns matched against one path, in time bounded by the patterns.
 
-A pattern ``s0*s1*…*sk`` (optionally ending in ``$``) matches a path that starts with ``s0`` and
-holds ``s1`` … ``sk`` in that order: finding each part at its leftmost place after the previous
-one is exact, since ``*`` is the only operator. robots.py hands small sets to one RE2 set; a set
-too big for RE2 to compile quickly (a hostile robots.txt: 10,000 patterns of 20 wildcards took
-RE2 0.8 s and matching them one by one in Python 32 ms) comes here. The patterns advance together,
-one part a step, with numpy: a step costs a few array operations over the patterns still alive,
-and the leftmost places come from a table of next occurrences (a few distinct parts) or one
-``str.find`` per distinct (part, place) pair (many distinct parts), whichever is smaller.
+A pattern ``s0*s1*…*sk`` (``$`` at the end: anchored) matches a path that starts with ``s0`` and
+holds ``s1`` … ``sk`` in that order: taking each part at its leftmost place after the previous
+one is exact, since ``*`` is the only operator. So a match costs at most a search per part, and
+nothing built per path can grow with the paths seen (RE2's lazily built DFA, used before, cost
+up to 5 ms a new path for 30 wildcard rules, 110 ms for 95 rules of 20 wildcards).
+
+A few patterns are walked one by one with ``bytes.find``, in order of precedence. Many (issue 26's
+hostile file: 10,000 patterns of 20 wildcards) advance together in numpy, a part a step:
+patterns with about as many parts form a group, padded in front with the empty part. Per path,
+one table says where each part next ends from each place (all places of all parts found at once
+by a binary search of the path's windows among the parts of each length), and a step is one
+gather from it for the whole group. :meth:`WildcardSet.cost` estimates a match's worst case.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = ["WildcardSet"]
 
-Ints = npt.NDArray[np.int64]
+Ints = npt.NDArray[np.intp]
 
-#: at most this many entries in a per-path table of next occurrences (else: str.find per pair)
-_TABLE_CELLS = 1_000_000
-#: patterns still alive below this number finish in plain Python (no per-step array overhead)
-_FEW = 8
+#: groups of fewer patterns than this are walked in plain Python (no per-step array overhead)
+_FEW = 32
+#: at most this many cells in the per-path table of next places (else: binary search per step)
+_CELLS = 1 << 20
+#: the low 0 to 8 octets of a little-endian 64-bit integer
+_LOW_OCTETS = np.array([(1 << 8 * n) - 1 for n in range(9)], np.uint64)
+# Seconds of CPU, measured on the shared 2-core machine (tests/test_robots.py checks the sum):
+_WALK_PATTERN = 0.4e-6  # a pattern walked in Python, and each of its parts
+_WALK_PART = 0.15e-6
+_WALK_OCTET = 0.1e-9  # bytes.find, an octet of the path a pattern
+_STEP = 4e-6  # a step of a group, and each of its patterns
+_STEP_PATTERN = 1.5e-9
+_PLACES = 60e-6  # the table of next places: fixed, per part length and octet, per cell
+_PLACES_OCTET = 25e-9
+_CELL = 2e-9
+_SEARCHED = 40e-9  # a pattern's step by binary search (table too big)
 
 
 class WildcardSet:
-    """Patterns, each a tuple of literal parts between ``*``s, in order of precedence."""
+    """Patterns in order of precedence, as robots.py normalises them: literal parts between
+    ``*``s (at least one ``*``), a final ``$`` when anchored (a literal ``$`` is ``%24``)."""
 
-    def __init__(self, patterns: Sequence[tuple[tuple[str, ...], bool]]) -> None:
-        """``patterns``: (parts, anchored) pairs, the first that matches being the answer."""
-        self._patterns = patterns
-        size = len(patterns)
-        heads = [segments[0] for segments, _ in patterns]
-        self._firsts, self._first = _numbered(heads)
-        self._first_lengths = sorted({len(s) for s in self._firsts}, reverse=True)
-        self._first_lengths_of = np.fromiter(map(len, self._firsts), np.int64, len(self._firsts))
-        # every part, the first ones included, in one list: '*' is never in a part (encoded)
-        numbers, self._flat = _numbered("*".join("*".join(s) for s, _ in patterns).split("*"))
-        self._parts = list(numbers)
-        self._part_lengths = np.fromiter(map(len, self._parts), np.int64, len(self._parts))
-        self._counts = np.fromiter((len(s) - 1 for s, _ in patterns), np.int64, size)
-        self._offsets = np.cumsum(self._counts + 1) - self._counts  # of each one's second part
-        self._anchored = np.fromiter((a for _, a in patterns), bool, size)
+    def __init__(self, patterns: Sequence[str]) -> None:
+        """``patterns``: the first that matches is the answer."""
+        counts = np.fromiter(map(str.count, patterns, repeat("*")), np.intp, len(patterns))
+        # every part, then an empty one (it pads patterns to a shared number of steps)
+        texts, flat = _numbered("*".join(patterns).encode("utf-8", "surrogateescape") + b"*")
+        firsts = np.cumsum(counts + 1) - (counts + 1)  # index of each pattern's first part
+        self._texts = texts
+        self._empty = int(flat[-1])
+        #: patterns walked one by one: (row, parts; an anchored last one ends with '$')
+        self._few: list[tuple[int, list[bytes]]] = []
+        #: patterns walked together: rows (ascending), then their parts' numbers a step a row
+        self._groups: list[tuple[Ints, Ints]] = []
+        for rows in _grouped(counts):
+            if rows.size >= _FEW:
+                self._groups.append((rows, self._steps(flat, firsts, counts, rows)))
+                continue
+            for row in rows.tolist():
+                numbers = flat[firsts[row]: firsts[row] + counts[row] + 1].tolist()
+                self._few.append((row, [texts[n] for n in numbers]))
+        self._few.sort(key=lambda few: few[0])
+        self._groups.sort(key=lambda group: int(group[0][0]))
+        self._heads: dict[bytes, int] = {}
+        self._plain: list[tuple[int, npt.NDArray[np.bytes_], Ints]] = []
+        self._ends: dict[int, dict[bytes, int]] = {}
+        if self._groups:
+            self._index(flat[firsts[np.concatenate([rows for rows, _ in self._groups])]])
+        self._head_lengths = sorted({len(head) for head in self._heads}, reverse=True)
+        self._head_size = np.fromiter(map(len, texts), np.intp, len(texts))
+        self._head_of = flat[firsts]
+
+    def _steps(self, flat: Ints, firsts: Ints, counts: Ints, rows: Ints) -> Ints:
+        """A group's parts after the first, one row a step, padded in front with the empty part
+        to the group's largest count."""
+        steps = int(counts[rows].max())
+        # part j (from 0) of a pattern of k more parts is flat[first + 1 + j - (steps - k)]
+        index = (firsts[rows] + 1 - steps + counts[rows])[None, :] + np.arange(steps)[:, None]
+        padding = index <= firsts[rows][None, :]
+        index[padding] = 0
+        table: Ints = flat[index]
+        table[padding] = self._empty
+        return table
+
+    def _index(self, heads: Ints) -> None:
+        """How the groups' parts are found in a path: first parts as prefixes (a dict lookup a
+        distinct length), the others by length, sorted (binary search), or at the end ('$')."""
+        self._heads = {self._texts[n]: n for n in np.unique(heads).tolist()}
+        tails = np.unique(np.concatenate([steps.ravel() for _, steps in self._groups]))
+        plain: dict[int, list[tuple[bytes, int]]] = {}
+        for number in tails.tolist():
+            text = self._texts[number]
+            if text.endswith(b"$"):
+                self._ends.setdefault(len(text) - 1, {})[text[:-1]] = number
+            elif text:
+                plain.setdefault(len(text), []).append((text, number))
+        for length in sorted(plain):
+            pairs = sorted(plain[length])
+            found = np.array([text for text, _ in pairs], f"S{length}")
+            self._plain.append((length, found, np.array([n for _, n in pairs], np.intp)))
+
+    def cost(self, length: int) -> float:
+        """An estimate of the CPU seconds a match of a path of ``length`` octets takes at worst
+        (every pattern alive to its last part)."""
+        seconds = sum(_WALK_PATTERN + _WALK_PART * len(parts) + _WALK_OCTET * length
+                      for _, parts in self._few)
+        if not self._groups:
+            return seconds
+        cells = len(self._texts) * (length + 2)
+        seconds += _PLACES + len(self._plain) * _PLACES_OCTET * length
+        seconds += min(cells, _CELLS) * _CELL
+        per_pattern = _STEP_PATTERN if cells <= _CELLS else _SEARCHED
+        for rows, steps in self._groups:
+            seconds += steps.shape[0] * (_STEP + per_pattern * rows.size)
+        return seconds
 
     def first_match(self, path: str, limit: int) -> int | None:
         """The index of the first of patterns[:limit] that matches ``path``, or None."""
-        started = np.zeros(len(self._firsts), bool)
-        for length in self._first_lengths:
-            found = self._firsts.get(path[:length])
-            if found is not None:
-                started[found] = True
-        alive = np.flatnonzero(started[self._first[:limit]])
-        position = np.zeros(limit, np.int64)
-        position[alive] = self._first_lengths_of[self._first[alive]]
-        step = _Steps(path, self._parts, self._part_lengths)
-        best: int | None = None
-        j = 0
-        while alive.size:
-            if alive.size < _FEW:
-                return self._finish(path, alive, position, j, best)
-            counts = self._counts[alive]
-            more = counts > j
-            if not more.all():  # no part left: matched (anchored ones ended at the path's end)
-                done = alive[~more]
-                best = int(done.min()) if best is None else min(best, int(done.min()))
-                alive, counts = alive[more], counts[more]
-                alive, counts = alive[alive < best], counts[alive < best]
-                if not alive.size:
-                    break
-            last = self._anchored[alive] & (counts == j + 1)
-            pids = self._flat[self._offsets[alive] + j]
-            after = step.next(pids, position[alive], last)
-            keep = after >= 0
-            alive = alive[keep]
-            position[alive] = after[keep]
-            j += 1
-        return best
-
-    def _finish(self, path: str, rows: Ints, position: Ints, j: int, best: int | None
-                ) -> int | None:
-        """The few patterns left, in plain Python from their part ``j`` on."""
-        for row in sorted(int(r) for r in rows):
-            if best is not None and row > best:
+        data = path.encode("utf-8", "surrogateescape")
+        best = limit
+        for row, parts in self._few:
+            if row >= best:
                 break
-            segments, anchored = self._patterns[row]
-            if _rest_matches(path, segments, anchored, j + 1, int(position[row])):
-                return row if best is None else min(best, row)
-        return best
+            if _matches(data, parts):
+                best = row
+                break
+        if self._groups and int(self._groups[0][0][0]) < best:
+            best = self._walk_groups(data, best)
+        return best if best < limit else None
+
+    def _walk_groups(self, data: bytes, limit: int) -> int:
+        """The first row below ``limit`` of the groups that matches, else ``limit``."""
+        dead = len(data) + 1
+        started = np.zeros(len(self._texts), bool)
+        for length in self._head_lengths:
+            number = self._heads.get(data[:length])
+            if number is not None:
+                started[number] = True
+        places = _Places(self, data)
+        for rows, steps in self._groups:
+            count = int(np.searchsorted(rows, limit))
+            if not count:
+                break
+            heads = self._head_of[rows[:count]]
+            position = np.where(started[heads], self._head_size[heads], dead)
+            for step in steps[:, :count]:
+                position = places.after(step, position)
+            alive = np.flatnonzero(position != dead)
+            if alive.size:
+                limit = int(rows[alive[0]])
+        return limit
 
 
-def _numbered(texts: list[str]) -> tuple[dict[str, int], Ints]:
-    """A number for each distinct text (in order of appearance), and the texts as numbers."""
-    numbers = {text: i for i, text in enumerate(dict.fromkeys(texts))}
-    return numbers, np.fromiter(map(numbers.__getitem__, texts), np.int64, len(texts))
+def _numbered(joined: bytes) -> tuple[list[bytes], Ints]:
+    """The distinct parts of ``joined`` (cut at each '*'), and its parts as their numbers.
+
+    Parts of at most 8 octets (nearly all, in a hostile file) are numbered in numpy, each read
+    as one integer; the others with a dict."""
+    size = len(joined)
+    buffer = np.frombuffer(joined + bytes(8), np.uint8)
+    cuts = np.flatnonzero(buffer[:size] == ord("*"))
+    starts = np.concatenate(([0], cuts + 1))
+    lengths = np.concatenate((cuts, [size])) - starts
+    numbers = np.empty(starts.size, np.intp)
+    # an integer is the part only if no octet is 0 (never, once normalised: %00)
+    short = lengths <= 8 if b"\0" not in joined else np.zeros(starts.size, bool)
+    every = bool(short.all())
+    which = np.arange(0) if every else np.flatnonzero(short)
+    words = np.ndarray((size + 1,), "<u8", buffer, 0, (1,))  # the 8 octets from each place
+    keys = words[starts] & _LOW_OCTETS[lengths] if every else (
+        words[starts[which]] & _LOW_OCTETS[lengths[which]])
+    order = np.argsort(keys)
+    ordered = keys[order]
+    new = np.ones(order.size, bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    first = order[new] if every else which[order[new]]  # each distinct one's first
+    numbers[order if every else which[order]] = np.cumsum(new) - 1
+    texts = [joined[at: at + length] for at, length in zip(
+        starts[first].tolist(), lengths[first].tolist(), strict=True)]
+    if not every:
+        known = {text: number for number, text in enumerate(texts)}
+        which = np.flatnonzero(~short)
+        for index, at, length in zip(which.tolist(), starts[which].tolist(),
+                                     lengths[which].tolist(), strict=True):
+            text = joined[at: at + length]
+            number = known.setdefault(text, len(texts))
+            if number == len(texts):
+                texts.append(text)
+            numbers[index] = number
+    return texts, numbers
 
 
-def _rest_matches(path: str, segments: tuple[str, ...], anchored: bool, start: int, at: int
-                  ) -> bool:
-    """Whether segments[start:] follow in order from ``at`` (the last one ending the path when
-    anchored)."""
-    last = len(segments) - 1
-    for index in range(start, len(segments)):
-        part = segments[index]
-        if anchored and index == last:
-            return len(path) - len(part) >= at and path.endswith(part)
-        found = path.find(part, at)
-        if found < 0:
+def _grouped(counts: Ints) -> list[Ints]:
+    """Rows (ascending) by number of parts, rounded up by at most a quarter (few groups)."""
+    grain = 1 << np.maximum(0, np.log2(np.maximum(counts, 1)).astype(np.intp) - 2)
+    shared = -(-counts // grain) * grain
+    order = np.argsort(shared, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(shared[order])) + 1)
+
+
+def _matches(data: bytes, parts: list[bytes]) -> bool:
+    """Whether ``data`` starts with parts[0] and holds the others in order (an anchored last
+    one, written with '$', ending it)."""
+    if not data.startswith(parts[0]):
+        return False
+    at = len(parts[0])
+    for part in parts[1:-1]:
+        at = data.find(part, at)
+        if at < 0:
             return False
-        at = found + len(part)
-    return not anchored or at == len(path)
+        at += len(part)
+    last = parts[-1]
+    if last.endswith(b"$"):
+        return len(data) - len(last) + 1 >= at and data.endswith(last[:-1])
+    return data.find(last, at) >= 0
 
 
-class _Steps:
-    """Where each (part, place) pair leads in one path: the end of the part's leftmost
-    occurrence at or after the place, or -1."""
+class _Places:
+    """Where each part next ends in one path, from each place: a table, or a binary search."""
 
-    def __init__(self, path: str, parts: list[str], lengths: Ints) -> None:
-        self._path = path
-        self._parts = parts
-        self._lengths = lengths
-        width = len(path) + 2
-        tabled = len(parts) * width <= _TABLE_CELLS
-        #: next-occurrence ends by part and place, filled a part at a time when first needed
-        self._table = np.empty((len(parts), width) if tabled else (0, 0), np.int64)
-        self._filled = np.zeros(len(parts) if tabled else 0, bool)
+    def __init__(self, patterns: WildcardSet, data: bytes) -> None:
+        size = len(data)
+        width = size + 2  # places 0 to size, then one past the end: dead
+        numbers, starts, lengths = [], [], []
+        for length, texts, which in patterns._plain:
+            if length > size:
+                break
+            windows = np.ndarray((size - length + 1,), texts.dtype, data, 0, (1,))
+            at = np.searchsorted(texts, windows)
+            np.minimum(at, texts.size - 1, out=at)
+            found = np.flatnonzero(texts[at] == windows)
+            numbers.append(which[at[found]])
+            starts.append(found)
+            lengths.append(np.full(found.size, length, np.intp))
+        for length, table in patterns._ends.items():
+            if length <= size and (last := table.get(data[size - length:])) is not None:
+                numbers.append(np.array([last], np.intp))
+                starts.append(np.array([size - length], np.intp))
+                lengths.append(np.array([length], np.intp))
+        everywhere = np.arange(size + 1, dtype=np.intp)  # the empty part
+        numbers.append(np.full(size + 1, patterns._empty, np.intp))
+        starts.append(everywhere)
+        lengths.append(np.zeros(size + 1, np.intp))
+        number, start = np.concatenate(numbers), np.concatenate(starts)
+        end = start + np.concatenate(lengths)
+        count = len(patterns._texts)
+        self._rows: Ints | None = None
+        if count * width > _CELLS:  # rows for the parts the path holds only, one for the rest
+            held = np.unique(number)
+            self._rows = np.full(count, held.size, np.intp)
+            self._rows[held] = np.arange(held.size)
+            number, count = self._rows[number], held.size + 1
+        # a sorted key a part and place it occurs at, and one past the end of each part's row
+        key = np.concatenate((number * width + start, np.arange(1, count + 1) * width - 1))
+        order = np.argsort(key)
+        self._keys = key[order]
+        self._next = np.concatenate((end, np.full(count, width - 1, np.intp)))[order]
+        self._width = width
+        self._table: Ints | None = None
+        if count * width <= _CELLS:  # each cell: the next key's end
+            self._table = np.repeat(self._next, np.diff(self._keys, prepend=-1))
 
-    def next(self, pids: Ints, places: Ints, last_anchored: npt.NDArray[np.bool_]) -> Ints:
-        """The ends for these pairs (an anchored last part: the path's end if it ends so)."""
-        path = self._path
-        if last_anchored.any():
-            out = np.full(pids.size, -1, np.int64)
-            for row in np.flatnonzero(last_anchored).tolist():
-                part = self._parts[int(pids[row])]
-                if len(path) - len(part) >= places[row] and path.endswith(part):
-                    out[row] = len(path)
-            free = ~last_anchored
-            out[free] = self.next(pids[free], places[free], last_anchored[free])
-            return out
-        if self._filled.size:
-            missing = pids[~self._filled[pids]]
-            for pid in np.unique(missing).tolist():
-                self._fill(pid)
-            return self._table[pids, places]
-        keys = pids * (len(path) + 2) + places
-        unique, back = np.unique(keys, return_inverse=True)
-        found = np.empty(unique.size, np.int64)
-        for i, key in enumerate(unique.tolist()):
-            pid, place = divmod(key, len(path) + 2)
-            at = path.find(self._parts[pid], place)
-            found[i] = -1 if at < 0 else at + int(self._lengths[pid])
-        return found[back]
-
-    def _fill(self, pid: int) -> None:
-        path, part = self._path, self._parts[pid]
-        starts = []
-        at = path.find(part)
-        while at >= 0:
-            starts.append(at)
-            at = path.find(part, at + 1)
-        row = self._table[pid]
-        row.fill(-1)
-        if starts:
-            begins = np.array(starts, np.int64)
-            index = np.searchsorted(begins, np.arange(row.size))
-            inside = index < begins.size
-            row[inside] = begins[index[inside]] + len(part)
-        self._filled[pid] = True
+    def after(self, parts: Ints, places: Ints) -> Ints:
+        """The end of each part's leftmost occurrence at or after its place (dead stays dead)."""
+        keys = (parts if self._rows is None else self._rows[parts]) * self._width
+        keys += places
+        if self._table is not None:
+            return self._table[keys]
+        return self._next[np.searchsorted(self._keys, keys)]
