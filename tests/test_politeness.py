@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import random
 import signal
 import socket
 import time
 from pathlib import Path
 
+from courtly.config import CrawlConfig
+from courtly.robots import RobotsRules
+from courtly.robots_cache import INLINE_MATCH
 from courtly.site import Hit, Page, html
 from tests.conftest import candidates, courtly, courtly_process, fetched_paths, robots, rows
-from tests.hostile_server import HostileServer, page, routes, silent
+from tests.hostile_server import HostileServer, hostile_robots, page, routes, silent
 
 SLACK = 0.005
 
@@ -338,3 +342,39 @@ def test_a_hanging_url_is_requested_three_times_in_all(db: Path, tmp_path: Path)
         paths = [h.path for h in server.hits_for("a")]
     assert paths == ["/", "/hang", "/hang", "/hang"]  # the first try and two retries
     assert candidates(db)[server.url("a") + "hang"]["exit_code"] == "TIMEOUT"
+
+
+def test_a_hostile_robots_txt_does_not_stall_the_other_origins(
+    serve, db: Path, tmp_path: Path
+) -> None:
+    """Issue 26's robots.txt (10,000 rules of 20 wildcards), 95 rules of 20 wildcards (RE2's DFA
+    took up to 0.1 s a new URL) and 30 rules of thousands (judged in a thread), each beside
+    URLs of 2,000 octets that keep their rules alive: an origin crawled at the same time keeps
+    its pace, and every verdict is the file's."""
+    files = {"issue": hostile_robots(), "dfa": hostile_robots(95, 20, allow=False),
+             "huge": hostile_robots(30, 8000, allow=False)}
+    rnd = random.Random(26)
+    links = {name: ["/" + "".join(rnd.choices("abcdef", k=2000)) for _ in range(30)]
+             for name in files}
+    sites: dict[str, dict[str, Page]] = {"normal": pages(60, "n")}
+    for name, body in files.items():
+        sites[name] = {"/robots.txt": robots(body.decode()), "/": Page(html(name, links[name]))}
+    site = serve(sites)
+    # pages analysed on the event loop too (no worker process to wait for at the start)
+    cfg = config(tmp_path, "parse_workers = 0\n[robots]\nmax_size = 1048576\n")
+    run = courtly("crawl", *(site.url(name) for name in sites), "--db", db,
+                  "--min-delay", "0.05", "--config", cfg)
+    assert run.status == 0, run.err
+    normal = site.hits_for("normal")
+    assert len(normal) == 62  # robots.txt, the home page, 60 pages
+    assert max(gaps(normal)) < 0.3, gaps(normal)  # the delay, 0.05 s, and no stall
+    found = candidates(db)
+    agent = CrawlConfig().user_agent
+    for name, body in files.items():
+        rules = RobotsRules.parse(body, agent, 1 << 20)
+        assert (rules.match_cost(site.url(name, links[name][0])) > INLINE_MATCH) == (
+            name == "huge")  # the one judged off the event loop
+        for link in links[name]:
+            url = site.url(name, link)
+            refused = found[url]["exit_code"] == "BLOCKED_BY_ROBOTS_TXT"
+            assert refused != rules.allowed(url), (name, link)

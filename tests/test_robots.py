@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import time
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from courtly import wildcards
+from courtly.config import CrawlConfig, Robots
 from courtly.robots import (
     DEFAULT_MAX_SIZE,
     RobotsRules,
@@ -19,6 +21,8 @@ from courtly.robots import (
     rules_for_status,
     valid_product_token,
 )
+from courtly.robots_cache import INLINE_MATCH, INLINE_PARSE, RobotsCache
+from tests.hostile_server import hostile_robots
 
 UA = "courtly/0.1 (+http://example.org/bot)"
 BODY = b"User-agent: *\nDisallow: /private\n\nUser-agent: courtly\nDisallow: /mine\n"
@@ -385,17 +389,6 @@ def test_speed_with_100_rules() -> None:
     assert per_call < 100e-6  # about 2-5 µs measured; generous for loaded CI machines
 
 
-def hostile_robots(rules: int = 10_000, wildcards: int = 20) -> bytes:
-    """Issue 26's pathological robots.txt: 10,000 rules of 20 wildcards each, too many for one
-    RE2 set (705 KB: parsed with a 1 MiB limit)."""
-    rnd = random.Random(26)
-    lines = ["User-agent: *"]
-    for i in range(rules):
-        parts = ["".join(rnd.choice("abcdef") for _ in range(2)) for _ in range(wildcards)]
-        lines.append(f"{'Allow' if i % 2 else 'Disallow'}: /*" + "*".join(parts))
-    return ("\n".join(lines) + "\n").encode()
-
-
 def cpu_seconds(work: Callable[[], object], times: int) -> float:
     """The least CPU time `work` took in `times` runs (steadier than wall time on a busy box)."""
     best = float("inf")
@@ -407,18 +400,22 @@ def cpu_seconds(work: Callable[[], object], times: int) -> float:
 
 
 def test_a_hostile_robots_txt_is_parsed_and_matched_in_bounded_time() -> None:
-    """Before: 0.8 s to parse (RE2 compiling a set it then refused) and 6-34 ms a match (each
-    rule tried in Python). Measured after, on a loaded 2-core machine: 0.08 s, 0.4-2.6 ms."""
+    """Issue 26's bounds: at most 50 ms to parse, 1 ms a match, on the event loop. Measured
+    on the shared 2-core machine under a load of 3-7 (CPU time): 29-35 ms to parse, 0.25-0.6 ms
+    a match for paths of 20 to 2,048 octets (the default max_url_length); before: 60-68 ms and
+    0.3-2.9 ms (and 0.8 s and 6-34 ms when the issue was filed)."""
     body = hostile_robots()
     parsed: list[RobotsRules] = []
     parse = cpu_seconds(lambda: parsed.append(RobotsRules.parse(body, UA, 1 << 20)), 3)
     rules = parsed[0]
-    assert parse < 0.3, parse
+    assert parse < 0.05, parse
     rnd = random.Random(1)
-    paths = ["/" + "".join(rnd.choice("abcdefghij0123/-") for _ in range(n))
-             for n in (20, 60, 120, 300, 1000, 2000)]
+    paths = ["/" + "".join(rnd.choice(letters) for _ in range(n))
+             for letters in ("abcdefghij0123/-", "abcdef", "ab")  # a-f: the rules' letters
+             for n in (20, 120, 300, 1000, 2047)]
     times = [cpu_seconds(lambda path=path: rules.allowed(path), 5) for path in paths]
-    assert sum(times) / len(times) < 0.003 and max(times) < 0.01, times
+    assert max(times) < 0.001, times
+    assert rules.match_cost(paths[-1]) < INLINE_MATCH  # so it is matched on the event loop
     # and the answers are right: a path made to match one rule gets the longest matching one's
     lines = [raw.decode() for raw in body.splitlines()[1:]]
     path = lines[1234].split(": ")[1].replace("*", "-")
@@ -426,6 +423,88 @@ def test_a_hostile_robots_txt_is_parsed_and_matched_in_bounded_time() -> None:
     best = max(matching, key=lambda line: (len(line.split(": ")[1]), line.startswith("A")))
     allowed, text = rules.explain(path)
     assert text.startswith(best + " (") and allowed == best.startswith("Allow")
+
+
+def test_wildcard_rules_cost_a_match_bounded_by_their_parts() -> None:
+    """A few wildcard rules and new paths that keep them alive: each match within 1 ms. Before,
+    RE2's DFA, built lazily per new path, took up to 113 ms a path for 95 rules of 20 wildcards
+    and 5 ms for the 30 wildcard rules of `hundred_rules` (measured under a load of 6)."""
+    rnd = random.Random(2)
+    few = RobotsRules.parse(hostile_robots(95, 20), UA)
+    times = [cpu_seconds(lambda: few.allowed("/" + "".join(rnd.choices("abcdef", k=2000))), 1)
+             for _ in range(20)]
+    usual = RobotsRules.parse(hundred_rules(), UA)
+    parts = sorted({part for line in hundred_rules().decode().splitlines()[1:]
+                    for part in line.split(": ")[1].rstrip("$").split("*") if part})
+
+    def made_of_parts() -> str:
+        path = "/"
+        while len(path) < 2000:
+            part = rnd.choice(parts)
+            path += part[: rnd.randint(1, len(part))]
+        return path
+
+    times += [cpu_seconds(lambda: usual.allowed(made_of_parts()), 1) for _ in range(20)]
+    assert max(times) < 0.001, times
+
+
+def test_a_costly_rule_set_is_judged_alike_by_its_verdict() -> None:
+    """Rules whose match could take over INLINE_MATCH are judged in a thread by the crawl loop,
+    which hands the verdict back as rules answering every URL alike."""
+    rules = RobotsRules.parse(hostile_robots(30, 8000, allow=False), UA)
+    rnd = random.Random(3)
+    for path in ["/" + "".join(rnd.choices("abcdef", k=n)) for n in (10, 500, 2000)]:
+        assert rules.match_cost(path) > INLINE_MATCH
+        decided = rules.decided(path)
+        assert decided.explain("/elsewhere") == rules.explain(path)
+        assert decided.disallowed_by(path) == (None if rules.allowed(path)
+                                               else rules.explain(path)[1])
+    assert RobotsRules.parse(BODY, UA).match_cost("/" + "a" * 100_000) < INLINE_MATCH
+
+
+def test_a_big_robots_txt_is_parsed_once_off_the_event_loop() -> None:
+    """Two origins serving the same 2.8 MB file at once: one parse, in a thread, while the event
+    loop keeps ticking; parsed on it, the file held it 0.15-0.2 s. The thread holds the GIL
+    between switches: lags of 5-20 ms, at times 40-80 ms (measured under a load of 4-7)."""
+    config = CrawlConfig(robots=Robots(max_size=4 << 20))
+    cache = RobotsCache(config, None)  # type: ignore[arg-type]  # no store needed to parse
+    parses = []
+    parse = cache._rules_for
+
+    def counted(status: int, body: bytes) -> RobotsRules:
+        parses.append(status)
+        return parse(status, body)
+
+    cache._rules_for = counted  # type: ignore[method-assign]
+    body = hostile_robots(40_000)
+    assert len(body) > INLINE_PARSE
+
+    async def parse_twice() -> tuple[list[float], list[tuple[bytes, RobotsRules]]]:
+        lags: list[float] = []
+
+        async def tick() -> None:
+            while True:
+                start = time.perf_counter()
+                await asyncio.sleep(0.002)
+                lags.append(time.perf_counter() - start - 0.002)
+
+        ticking = asyncio.create_task(tick())
+        both = await asyncio.gather(cache._shared(200, body), cache._shared(200, body))
+        ticking.cancel()
+        return lags, both
+
+    lags, (first, second) = asyncio.run(parse_twice())
+    assert parses == [200] and first[1] is second[1]
+    assert len(lags) > 5 and sorted(lags)[len(lags) // 2] < 0.02, lags
+
+
+def test_many_sitemap_lines_parse_in_linear_time() -> None:
+    """Before: each Sitemap line was compared with every earlier one (0.5 s of CPU for this
+    500 KB file, under a load of 8)."""
+    body = b"".join(b"Sitemap: https://example.org/s%d.xml\n" % i for i in range(13_000))
+    parsed: list[RobotsRules] = []
+    assert cpu_seconds(lambda: parsed.append(RobotsRules.parse(body, UA)), 1) < 0.1
+    assert len(parsed[0].sitemaps) == 13_000
 
 
 def in_order(parts: list[str], path: str) -> bool:

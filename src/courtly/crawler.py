@@ -170,7 +170,7 @@ class Crawler:
         if self.robots.due(crawler):
             if time.monotonic() < crawler.next_request_at:
                 return crawler.next_request_at
-            if not self.robots.load_stored(crawler):
+            if not await self.robots.load_stored(crawler):
                 await self.turns.settled(crawler)  # its settlement, then robots.txt's rules
                 await self.robots.fetch(crawler, self._get_robots)
                 return None if crawler.patience <= 0 else crawler.next_request_at
@@ -212,8 +212,9 @@ class Crawler:
                 if not crawler.todo:
                     return None
             candidate = crawler.todo.pop(0)
+            robots = await self.robots.judge(crawler, candidate, self.steering.policy)
             refused = outcome.refusal(candidate.url, candidate.depth, self.steering.policy,
-                                      crawler.robots, crawler.shapes)
+                                      robots, crawler.shapes)
             if refused is None:
                 return candidate
             action = CrawlAction(candidate, crawler.origin, refused.exit_code, clock.now(),

@@ -73,8 +73,8 @@ def refusal(
     verdict = policy.check(url, depth)
     if not verdict.allowed:
         return Refusal(ExitCode.BLOCKED_URL_BY_LOCAL_POLICY, verdict.rule)
-    if robots is not None and not robots.allowed(url):
-        return Refusal(ExitCode.BLOCKED_BY_ROBOTS_TXT, robots.explain(url)[1])
+    if robots is not None and (rule := robots.disallowed_by(url)) is not None:
+        return Refusal(ExitCode.BLOCKED_BY_ROBOTS_TXT, rule)
     if shapes is not None and not (verdict := shapes.spend(url, depth)).allowed:
         return Refusal(ExitCode.BLOCKED_BY_TRAP_BUDGET, verdict.rule)
     return None

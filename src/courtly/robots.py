@@ -88,6 +88,11 @@ _MATCHABLE = re.compile(r"[A-Za-z0-9_-]+")
 _FIRST_WORD = re.compile(r"[^\s/]*")
 _COMPATIBLE = re.compile(r"\(compatible;\s*([^\s/;)]+)")
 _VALID_TOKEN = re.compile(r"[A-Za-z_-]+")
+#: CPU seconds (upper bounds) to normalise an octet of a URL; of a literal prefix lookup, and an
+#: octet of the prefix hashed
+_NORMALIZE_OCTET: Final = 2e-9
+_LOOKUP: Final = 0.2e-6
+_LOOKUP_OCTET: Final = 1e-9
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 # Printable ASCII that needs no work: no escape, no literal '*' or '$', nothing outside a URI
 _CLEAN = re.compile(r"[A-Za-z0-9\-._~:/?\[\]@!&'()+,;=]*")
@@ -267,6 +272,7 @@ class RobotsRules:
     __slots__ = (
         "_default",
         "_exact",
+        "_hashed",
         "_lengths",
         "_prefixes",
         "_reason",
@@ -309,6 +315,7 @@ class RobotsRules:
             else:
                 self._prefixes.setdefault(len(pattern), {}).setdefault(pattern, rule)
         self._lengths = sorted(self._prefixes, reverse=True)
+        self._hashed = sum(self._lengths)  # octets hashed by a lookup of every length at most
         self._wild = wild
         self._wild_set = WildcardSet([rule.pattern for rule in wild]) if wild else None
         self._wild_keys = [-_rank(rule) for rule in wild]  # ascending
@@ -337,7 +344,7 @@ class RobotsRules:
         token = label.lower() if _MATCHABLE.fullmatch(label) else ""
         groups: list[_Group] = []
         current: _Group | None = None
-        sitemaps: list[str] = []
+        sitemaps: dict[str, None] = {}  # in order, without repeats
         for number, raw in enumerate(body.splitlines(), start=1):  # bytes: CR, LF, CRLF only
             line = raw[:_MAX_LINE].decode("utf-8", "surrogateescape")
             line = line.partition("#")[0].strip()
@@ -361,9 +368,7 @@ class RobotsRules:
                 if current is not None:
                     current.delays.append((value, len(current.agents)))
             elif value:  # sitemap: not tied to a group
-                clean = _printable(value)
-                if clean not in sitemaps:
-                    sitemaps.append(clean)
+                sitemaps[_printable(value)] = None
 
         named = [(g, g.first(token)) for g in groups] if token else []
         ours = [(g, at) for g, at in named if at >= 0]
@@ -377,7 +382,7 @@ class RobotsRules:
         ]
         delays = [d for g, at in ours for value, above in g.delays
                   if at < above and (d := _parse_delay(value)) is not None]
-        return cls(rules, crawl_delay=max(delays, default=None), sitemaps=sitemaps)
+        return cls(rules, crawl_delay=max(delays, default=None), sitemaps=list(sitemaps))
 
     @classmethod
     def allow_all(cls, reason: str = "robots.txt unavailable: allow all") -> RobotsRules:
@@ -389,11 +394,11 @@ class RobotsRules:
         """Rules that disallow every URL but /robots.txt (e.g. 5xx or network error)."""
         return cls(default=False, reason=reason)
 
-    def _decide(self, url: str) -> tuple[bool, _Rule | None]:
-        """Return the verdict and the decisive rule (None when no rule matched)."""
+    def _decide(self, url: str) -> tuple[bool, _Rule | str]:
+        """Return the verdict and the decisive rule, or why there is none."""
         path = _normalize(_request_path(url))
         if path == "/robots.txt" or path.startswith("/robots.txt?"):
-            return True, None
+            return True, "/robots.txt is always allowed"
         best: _Rule | None = None
         prefixes = self._prefixes
         for length in self._lengths:
@@ -413,7 +418,7 @@ class RobotsRules:
             if found is not None:
                 best = wild[found]
         if best is None:
-            return self._default, None
+            return self._default, self._reason
         return best.allow, best
 
     def allowed(self, url: str) -> bool:
@@ -422,13 +427,29 @@ class RobotsRules:
 
     def explain(self, url: str) -> tuple[bool, str]:
         """Return the verdict for ``url`` and the decisive rule as text."""
-        verdict, rule = self._decide(url)
-        if rule is not None:
-            return verdict, rule.text
-        path = _normalize(_request_path(url))
-        if path == "/robots.txt" or path.startswith("/robots.txt?"):
-            return True, "/robots.txt is always allowed"
-        return verdict, self._reason
+        verdict, why = self._decide(url)
+        return verdict, why.text if isinstance(why, _Rule) else why
+
+    def disallowed_by(self, url: str) -> str | None:
+        """The decisive rule as text when ``url`` is disallowed, else None (one match)."""
+        verdict, why = self._decide(url)
+        if verdict:
+            return None
+        return why.text if isinstance(why, _Rule) else why
+
+    def match_cost(self, url: str) -> float:
+        """An estimate of the CPU seconds that matching ``url`` (normalised, so its path is no
+        longer than it) takes at worst."""
+        size = len(url)
+        seconds = size * _NORMALIZE_OCTET + len(self._lengths) * _LOOKUP
+        seconds += _LOOKUP_OCTET * min(self._hashed, size * len(self._lengths))
+        return seconds + (self._wild_set.cost(size) if self._wild_set is not None else 0.0)
+
+    def decided(self, url: str) -> RobotsRules:
+        """Rules that answer every URL as these answer ``url`` (a verdict found off the event
+        loop, handed to it)."""
+        verdict, text = self.explain(url)
+        return RobotsRules(default=verdict, reason=text)
 
     def _count(self) -> int:
         """Number of distinct rules kept."""

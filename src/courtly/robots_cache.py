@@ -4,20 +4,27 @@ status rules (4xx: allow all; 5xx, 429 or unreachable: a recent copy, else wait)
 Each hop of a fetch is one request of the origin of its URL, made through the `Get` the crawl
 loop gives: the loop decides how a request of that origin is sent (`RobotsChase` only says
 which URL comes next). Parsing and matching are robots.py's; the store keeps the copy.
+
+Neither stalls the event loop: a body over INLINE_PARSE bytes is parsed in a thread (one parse
+for the origins that serve it at once), and `judge` finds a URL's verdict in a thread when its
+match could take more than INLINE_MATCH seconds (`RobotsRules.match_cost`: a hostile file's
+wildcard rules).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from courtly import clock
 from courtly.config import CrawlConfig
 from courtly.fetch import FetchError, HttpResponse
-from courtly.model import ExitCode
+from courtly.model import Candidate, ExitCode
 from courtly.outcome import REDIRECTS
 from courtly.robots import RobotsRules, rules_for_status
 from courtly.scheduler import (
@@ -32,10 +39,17 @@ from courtly.scheduler import (
 from courtly.store.database import Database
 from courtly.urls import normalize
 
+if TYPE_CHECKING:
+    from courtly.policy import Policy
+
 log = logging.getLogger("courtly")
 
 #: distinct robots.txt files whose rules are kept for the origins that serve the same one
 SHARED_RULES = 1024
+#: bodies up to this size are parsed on the event loop (at most ~7 ms of CPU), bigger in a thread
+INLINE_PARSE = 32 * 1024
+#: matches estimated to take at most this many CPU seconds are made on the event loop
+INLINE_MATCH = 1e-3
 
 #: one request of robots.txt (or of a hop of its redirects) to the origin of the URL
 Get = Callable[[str], Awaitable[HttpResponse]]
@@ -89,6 +103,8 @@ class RobotsCache:
         self.db = db
         #: (status, body) → its rules, least recently used first (many sites share one file)
         self._known: OrderedDict[tuple[int, bytes], tuple[bytes, RobotsRules]] = OrderedDict()
+        #: the bodies being parsed in a thread
+        self._parsing: dict[tuple[int, bytes], asyncio.Future[RobotsRules]] = {}
 
     def due(self, crawler: OriginCrawler) -> bool:
         """robots.txt is obeyed and there is none yet, or it expired."""
@@ -96,7 +112,7 @@ class RobotsCache:
             crawler.robots is None or time.monotonic() >= crawler.robots_expires
         )
 
-    def load_stored(self, crawler: OriginCrawler) -> bool:
+    async def load_stored(self, crawler: OriginCrawler) -> bool:
         """Use the stored robots.txt if it has not expired (a resumed or repeated crawl)."""
         state = crawler.state
         if crawler.robots is not None or state.robots_fetched is None:
@@ -104,7 +120,7 @@ class RobotsCache:
         age = clock.now() - state.robots_fetched
         if state.robots_status is None or age >= self.rules.expiry:
             return False
-        crawler.robots = self._parse(state.robots_status, state.robots_body or b"")
+        crawler.robots = await self._parse(state.robots_status, state.robots_body or b"")
         crawler.robots_expires = time.monotonic() + self.rules.expiry - age
         return True
 
@@ -120,33 +136,61 @@ class RobotsCache:
         if chase.own_address_blocked:
             # never contacted, so no robots.txt applies: each URL is then logged
             # BLOCKED_ADDRESS by the address guard, without a request
-            crawler.robots = self._parse(404, b"")
+            crawler.robots = await self._parse(404, b"")
             crawler.robots_expires = time.monotonic() + self.rules.expiry
             return
-        self._apply(crawler, chase.status, chase.body, chase.failure)
+        await self._apply(crawler, chase.status, chase.body, chase.failure)
         crawler.next_request_at = max(
             crawler.next_request_at,
             time.monotonic() + delay_for(crawler, self.config.politeness),
         )
 
-    def _parse(self, status: int, body: bytes) -> RobotsRules:
-        return self._shared(status, body)[1]
+    async def judge(
+        self, crawler: OriginCrawler, candidate: Candidate, policy: Policy
+    ) -> RobotsRules | None:
+        """The rules to judge a candidate by: the origin's, or when matching them could take more
+        than INLINE_MATCH (and the policies let the URL through), their verdict found in a
+        thread, as rules that answer every URL alike."""
+        rules, url = crawler.robots, candidate.url
+        if rules is None or rules.match_cost(url) <= INLINE_MATCH \
+                or not policy.check(url, candidate.depth).allowed:
+            return rules
+        return await asyncio.to_thread(rules.decided, url)
 
-    def _shared(self, status: int, body: bytes) -> tuple[bytes, RobotsRules]:
+    async def _parse(self, status: int, body: bytes) -> RobotsRules:
+        return (await self._shared(status, body))[1]
+
+    async def _shared(self, status: int, body: bytes) -> tuple[bytes, RobotsRules]:
         """A file and its rules, one copy for the origins whose file is the same (the rules are
-        immutable)."""
+        immutable); a big body is parsed in a thread."""
         key = (status, body)
         known = self._known.get(key)
         if known is not None:
             self._known.move_to_end(key)
             return known
-        known = body, rules_for_status(status, body, self.config.user_agent, self.rules.max_size)
+        if len(body) <= INLINE_PARSE:
+            rules = self._rules_for(status, body)
+        else:
+            parsing = self._parsing.get(key)
+            if parsing is None:
+                parsing = asyncio.ensure_future(asyncio.to_thread(self._rules_for, status, body))
+                self._parsing[key] = parsing
+                parsing.add_done_callback(lambda _: self._parsing.pop(key, None))
+            rules = await asyncio.shield(parsing)
+            known = self._known.get(key)
+            if known is not None:  # another origin's turn stored it first
+                return known
         if len(self._known) >= SHARED_RULES:
             self._known.popitem(last=False)  # the least recently used
-        self._known[key] = known
+        self._known[key] = known = body, rules
         return known
 
-    def _apply(self, crawler: OriginCrawler, status: int | None, body: bytes, failure: str) -> None:
+    def _rules_for(self, status: int, body: bytes) -> RobotsRules:
+        return rules_for_status(status, body, self.config.user_agent, self.rules.max_size)
+
+    async def _apply(
+        self, crawler: OriginCrawler, status: int | None, body: bytes, failure: str
+    ) -> None:
         """RFC 9309 status rules: 5xx/429/unreachable (failure says why) → stale copy or wait;
         else parse."""
         rules = self.rules
@@ -157,7 +201,7 @@ class RobotsCache:
                 clock.now() - state.robots_fetched < rules.stale_cache_limit
             ) and state.robots_status < 500
             if stale and state.robots_status is not None:
-                crawler.robots = self._parse(state.robots_status, state.robots_body or b"")
+                crawler.robots = await self._parse(state.robots_status, state.robots_body or b"")
                 crawler.robots_expires = time.monotonic() + min(rules.expiry, 60.0)
             else:
                 crawler.robots = None  # unavailable: nothing is crawled until it recovers
@@ -170,7 +214,7 @@ class RobotsCache:
                 pause(crawler, level, seconds, now)
             self.db.save_origin(state)
             return
-        body, crawler.robots = self._shared(status, body)
+        body, crawler.robots = await self._shared(status, body)
         crawler.robots_expires = time.monotonic() + rules.expiry
         crawler.ending = None
         state.robots_status, state.robots_body, state.robots_error = status, body, None

@@ -17,7 +17,7 @@ gather from it for the whole group. :meth:`WildcardSet.cost` estimates a match's
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import islice, repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -32,16 +32,19 @@ _FEW = 32
 _CELLS = 1 << 20
 #: the low 0 to 8 octets of a little-endian 64-bit integer
 _LOW_OCTETS = np.array([(1 << 8 * n) - 1 for n in range(9)], np.uint64)
-# Seconds of CPU, measured on the shared 2-core machine (tests/test_robots.py checks the sum):
-_WALK_PATTERN = 0.4e-6  # a pattern walked in Python, and each of its parts
-_WALK_PART = 0.15e-6
-_WALK_OCTET = 0.1e-9  # bytes.find, an octet of the path a pattern
-_STEP = 4e-6  # a step of a group, and each of its patterns
-_STEP_PATTERN = 1.5e-9
-_PLACES = 60e-6  # the table of next places: fixed, per part length and octet, per cell
+#: a group's patterns are checked for life every this many steps (each part advances a place)
+_CHECK = 16
+# Seconds of CPU, measured on the shared 2-core machine under a load of 6 (cost's estimates):
+_WALK_PATTERN = 0.5e-6  # a pattern walked in Python, each part it gets to, each octet searched
+_WALK_PART = 0.08e-6
+_WALK_OCTET = 0.1e-9
+_PLACES = 60e-6  # the table of next places: fixed, a part length and octet, a cell
 _PLACES_OCTET = 25e-9
 _CELL = 2e-9
-_SEARCHED = 40e-9  # a pattern's step by binary search (table too big)
+_GROUP_PATTERN = 8e-9  # a pattern of a group: first part, result
+_STEP = 4e-6  # a step of a group, and each of its patterns (binary search: table too big)
+_STEP_PATTERN = 2e-9
+_SEARCHED = 40e-9
 
 
 class WildcardSet:
@@ -68,6 +71,9 @@ class WildcardSet:
                 numbers = flat[firsts[row]: firsts[row] + counts[row] + 1].tolist()
                 self._few.append((row, [texts[n] for n in numbers]))
         self._few.sort(key=lambda few: few[0])
+        #: cost's estimate for the patterns walked one by one: fixed, and per octet of the path
+        self._few_cost = sum(_WALK_PATTERN + _WALK_PART * len(parts) for _, parts in self._few)
+        self._few_octet = _WALK_OCTET * len(self._few)
         self._groups.sort(key=lambda group: int(group[0][0]))
         self._heads: dict[bytes, int] = {}
         self._plain: list[tuple[int, npt.NDArray[np.bytes_], Ints]] = []
@@ -93,10 +99,14 @@ class WildcardSet:
     def _index(self, heads: Ints) -> None:
         """How the groups' parts are found in a path: first parts as prefixes (a dict lookup a
         distinct length), the others by length, sorted (binary search), or at the end ('$')."""
-        self._heads = {self._texts[n]: n for n in np.unique(heads).tolist()}
-        tails = np.unique(np.concatenate([steps.ravel() for _, steps in self._groups]))
+        used = np.zeros(len(self._texts), bool)
+        used[heads] = True
+        self._heads = {self._texts[n]: n for n in np.flatnonzero(used).tolist()}
+        used[:] = False
+        for _, steps in self._groups:
+            used[steps] = True
         plain: dict[int, list[tuple[bytes, int]]] = {}
-        for number in tails.tolist():
+        for number in np.flatnonzero(used).tolist():
             text = self._texts[number]
             if text.endswith(b"$"):
                 self._ends.setdefault(len(text) - 1, {})[text[:-1]] = number
@@ -109,17 +119,22 @@ class WildcardSet:
 
     def cost(self, length: int) -> float:
         """An estimate of the CPU seconds a match of a path of ``length`` octets takes at worst
-        (every pattern alive to its last part)."""
-        seconds = sum(_WALK_PATTERN + _WALK_PART * len(parts) + _WALK_OCTET * length
-                      for _, parts in self._few)
+        (every pattern alive as long as it can be: a part advances at least one octet)."""
+        seconds = self._few_cost + self._few_octet * length
         if not self._groups:
             return seconds
-        cells = len(self._texts) * (length + 2)
+        width = length + 2
+        windows = sum(max(0, length - size + 1) for size, _, _ in self._plain)
+        held = min(len(self._texts), windows + len(self._ends) + 1)
+        table = len(self._texts) * width <= _CELLS or held * width <= _CELLS
         seconds += _PLACES + len(self._plain) * _PLACES_OCTET * length
-        seconds += min(cells, _CELLS) * _CELL
-        per_pattern = _STEP_PATTERN if cells <= _CELLS else _SEARCHED
+        seconds += min(len(self._texts), held) * width * _CELL if table else _CELLS * _CELL
+        per_pattern = _STEP_PATTERN if table else _SEARCHED
         for rows, steps in self._groups:
-            seconds += steps.shape[0] * (_STEP + per_pattern * rows.size)
+            # the shortest pattern's padding, then at most a part an octet, then a check
+            longest = min(steps.shape[0], int((steps[:, 0] == self._empty).sum()) + length
+                          + 1 + _CHECK)
+            seconds += rows.size * _GROUP_PATTERN + longest * (_STEP + per_pattern * rows.size)
         return seconds
 
     def first_match(self, path: str, limit: int) -> int | None:
@@ -151,8 +166,10 @@ class WildcardSet:
                 break
             heads = self._head_of[rows[:count]]
             position = np.where(started[heads], self._head_size[heads], dead)
-            for step in steps[:, :count]:
+            for index, step in enumerate(steps[:, :count], start=1):
                 position = places.after(step, position)
+                if index % _CHECK == 0 and position.min() == dead:
+                    break
             alive = np.flatnonzero(position != dead)
             if alive.size:
                 limit = int(rows[alive[0]])
@@ -212,7 +229,7 @@ def _matches(data: bytes, parts: list[bytes]) -> bool:
     if not data.startswith(parts[0]):
         return False
     at = len(parts[0])
-    for part in parts[1:-1]:
+    for part in islice(parts, 1, len(parts) - 1):
         at = data.find(part, at)
         if at < 0:
             return False
