@@ -21,6 +21,9 @@ from itertools import islice, repeat
 
 import numpy as np
 import numpy.typing as npt
+import re2
+
+from courtly.patterns import re2_options
 
 __all__ = ["WildcardSet"]
 
@@ -71,6 +74,18 @@ class WildcardSet:
                 numbers = flat[firsts[row]: firsts[row] + counts[row] + 1].tolist()
                 self._few.append((row, [texts[n] for n in numbers]))
         self._few.sort(key=lambda few: few[0])
+        # Most of these need a part after the first somewhere in the path (the longest): one RE2
+        # search for any of those (literals only: a DFA of at most their octets' states) skips
+        # them all in the usual case, where none is there; the others are walked anyway.
+        needed = [max(parts[1:], key=len).removesuffix(b"$") for _, parts in self._few]
+        self._bare = [few for few, part in zip(self._few, needed, strict=True) if not part]
+        self._screen: re2._Regexp | None = None
+        if len(self._bare) < len(self._few):
+            try:
+                self._screen = re2.compile(b"|".join(map(re2.escape, set(filter(None, needed)))),
+                                           re2_options())
+            except re2.error:  # over RE2's memory budget: all walked
+                self._bare = self._few
         #: cost's estimate for the patterns walked one by one: fixed, and per octet of the path
         self._few_cost = sum(_WALK_PATTERN + _WALK_PART * len(parts) for _, parts in self._few)
         self._few_octet = _WALK_OCTET * len(self._few)
@@ -141,7 +156,8 @@ class WildcardSet:
         """The index of the first of patterns[:limit] that matches ``path``, or None."""
         data = path.encode("utf-8", "surrogateescape")
         best = limit
-        for row, parts in self._few:
+        few = self._bare if self._screen and self._screen.search(data) is None else self._few
+        for row, parts in few:
             if row >= best:
                 break
             if _matches(data, parts):
