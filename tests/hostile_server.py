@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import random
 import socket
 import struct
 import time
@@ -97,18 +96,6 @@ def page(
     hdrs = {"Content-Type": content_type, "Content-Length": str(len(data))}
     hdrs |= {k.replace("_", "-"): v for k, v in headers.items()}
     return response(status, hdrs, data)
-
-
-def hostile_robots(rules: int = 10_000, wildcards: int = 20, allow: bool = True) -> bytes:
-    """Issue 26's pathological robots.txt: 10,000 rules of 20 wildcards each, two letters of
-    a-f a part (705 KB: parsed whole with a 1 MiB limit); Allow and Disallow alternate, unless
-    ``allow`` is false (then every rule is a Disallow)."""
-    rnd = random.Random(26)
-    lines = ["User-agent: *"]
-    for i in range(rules):
-        parts = ["".join(rnd.choice("abcdef") for _ in range(2)) for _ in range(wildcards)]
-        lines.append(f"{'Allow' if allow and i % 2 else 'Disallow'}: /*" + "*".join(parts))
-    return ("\n".join(lines) + "\n").encode()
 
 
 def link_page(links: list[str], text: str = "") -> bytes:

@@ -14,7 +14,8 @@ from courtly.robots import RobotsRules
 from courtly.robots_cache import INLINE_MATCH
 from courtly.site import Hit, Page, html
 from tests.conftest import candidates, courtly, courtly_process, fetched_paths, robots, rows
-from tests.hostile_server import HostileServer, hostile_robots, page, routes, silent
+from tests.hostile_server import HostileServer, page, routes, silent
+from tests.robots_files import hostile_robots
 
 SLACK = 0.005
 

@@ -22,7 +22,7 @@ from courtly.robots import (
     valid_product_token,
 )
 from courtly.robots_cache import INLINE_MATCH, INLINE_PARSE, RobotsCache
-from tests.hostile_server import hostile_robots
+from tests.robots_files import hostile_robots, hundred_rules
 
 UA = "courtly/0.1 (+http://example.org/bot)"
 BODY = b"User-agent: *\nDisallow: /private\n\nUser-agent: courtly\nDisallow: /mine\n"
@@ -367,16 +367,6 @@ def test_matches_a_reference_implementation(
 
 
 # --------------------------------------------------------------------------- speed
-
-
-def hundred_rules() -> bytes:
-    """A 100-rule group: 70 literal prefixes and 30 wildcard patterns."""
-    lines = ["User-agent: *"]
-    lines += [f"{'Allow' if i % 5 == 0 else 'Disallow'}: /section{i}/page{i}/" for i in range(70)]
-    lines += [f"Disallow: /*param{i}=*" for i in range(25)]
-    lines += [f"Disallow: /*.ext{i}$" for i in range(3)]
-    lines += ["Disallow: /*/print/*/x*.html$", "Allow: /*?page=*&sort=*"]
-    return ("\n".join(lines) + "\n").encode()
 
 
 def test_speed_with_100_rules() -> None:
