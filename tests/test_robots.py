@@ -6,13 +6,14 @@ import asyncio
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from courtly import wildcards
+from courtly import robots, wildcard_groups
 from courtly.config import CrawlConfig, Robots
 from courtly.robots import (
     DEFAULT_MAX_SIZE,
@@ -345,25 +346,40 @@ PATTERNS = st.lists(
 PATHS = st.text(alphabet="/ab$", max_size=10).map(lambda s: "/" + s)
 
 
-@pytest.mark.parametrize("cells", [None, 40, 0])  # a table of next places; partly; none
-@pytest.mark.parametrize("few", [None, 0])  # patterns walked one by one; all walked in numpy
+#: how a set is matched: (robots.MANY_WILDCARDS, wildcard_groups._FEW, wildcard_groups._CELLS)
+MATCHERS = {
+    "walked": (robots.MANY_WILDCARDS, wildcard_groups._FEW, wildcard_groups._CELLS),
+    "groups, walked": (0, wildcard_groups._FEW, wildcard_groups._CELLS),
+    "groups, a table": (0, 0, wildcard_groups._CELLS),
+    "groups, a table of the parts held": (0, 0, 40),
+    "groups, binary search": (0, 0, 0),
+}
+
+
+@contextmanager
+def matched_as(kind: str) -> Iterator[None]:
+    """Sets built inside are matched as ``kind`` says (however small)."""
+    saved = robots.MANY_WILDCARDS, wildcard_groups._FEW, wildcard_groups._CELLS
+    robots.MANY_WILDCARDS, wildcard_groups._FEW, wildcard_groups._CELLS = MATCHERS[kind]
+    try:
+        yield
+    finally:
+        robots.MANY_WILDCARDS, wildcard_groups._FEW, wildcard_groups._CELLS = saved
+
+
+@pytest.mark.parametrize("kind", list(MATCHERS))
 @given(lines=PATTERNS, paths=st.lists(PATHS, min_size=1, max_size=5))
 @settings(max_examples=300, deadline=None)
 def test_matches_a_reference_implementation(
-    lines: list[tuple[bool, str]], paths: list[str], few: int | None, cells: int | None
+    lines: list[tuple[bool, str]], paths: list[str], kind: str
 ) -> None:
     body = "User-agent: *\n" + "".join(
         f"{'Allow' if allow else 'Disallow'}: {pattern}\n" for allow, pattern in lines
     )
-    original = wildcards._FEW, wildcards._CELLS
-    wildcards._FEW = original[0] if few is None else few
-    wildcards._CELLS = original[1] if cells is None else cells
-    try:
+    with matched_as(kind):
         rules = RobotsRules.parse(body.encode(), UA)
-        for path in paths:
-            assert rules.allowed("http://h" + path) == reference(lines, path), (body, path)
-    finally:
-        wildcards._FEW, wildcards._CELLS = original
+    for path in paths:
+        assert rules.allowed("http://h" + path) == reference(lines, path), (body, path)
 
 
 # --------------------------------------------------------------------------- speed
@@ -435,7 +451,8 @@ def test_wildcard_rules_cost_a_match_bounded_by_their_parts() -> None:
         return path
 
     times += [cpu_seconds(lambda: usual.allowed(made_of_parts()), 1) for _ in range(20)]
-    assert max(times) < 0.001, times
+    times.sort()  # each timed once (a second match of a path would find RE2's DFA built)
+    assert times[-2] < 0.001 and times[-1] < 0.005, times  # one may meet a garbage collection
 
 
 def test_a_costly_rule_set_is_judged_alike_by_its_verdict() -> None:
@@ -515,12 +532,9 @@ def test_no_catastrophic_backtracking() -> None:
         b"Disallow: /" + b"*a" * 30 + b"*b%d\n" % i for i in range(100)
     )
     path = "/" + "a" * 3000
-    for few in (wildcards._FEW, 0):
-        original, wildcards._FEW = wildcards._FEW, few
-        try:
+    for kind in ("walked", "groups, a table"):
+        with matched_as(kind):
             rules = RobotsRules.parse(body, UA)
-        finally:
-            wildcards._FEW = original
         start = time.perf_counter()
         assert rules.allowed(path)
         assert time.perf_counter() - start < 1.0

@@ -65,10 +65,11 @@ from urllib.parse import quote
 
 from courtly.config import ROBOTS_MIN_PARSE_LIMIT, Robots
 from courtly.urls import normalize_escapes, split_target
-from courtly.wildcards import WildcardSet
+from courtly.wildcards import Matcher, Walk
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
+    "MANY_WILDCARDS",
     "MIN_PARSE_LIMIT",
     "RobotsRules",
     "product_token",
@@ -90,6 +91,8 @@ _MATCHABLE = re.compile(r"[A-Za-z0-9_-]+")
 _FIRST_WORD = re.compile(r"[^\s/]*")
 _COMPATIBLE = re.compile(r"\(compatible;\s*([^\s/;)]+)")
 _VALID_TOKEN = re.compile(r"[A-Za-z_-]+")
+#: wildcard rules of our group from this many on are matched together in numpy
+MANY_WILDCARDS = 256
 #: CPU seconds (upper bounds) to normalise an octet of a URL; of a literal prefix lookup, and an
 #: octet of the prefix hashed
 _NORMALIZE_OCTET: Final = 2e-9
@@ -258,6 +261,15 @@ def _parse_delay(value: str) -> float | None:
     return delay
 
 
+def _matcher(patterns: list[str]) -> Matcher:
+    """Wildcard patterns walked one by one, or (MANY_WILDCARDS or more) together in numpy."""
+    if len(patterns) >= MANY_WILDCARDS:
+        from courtly.wildcard_groups import WildcardSet  # numpy: loaded only for a hostile file
+
+        return WildcardSet(patterns)
+    return Walk.of(patterns)
+
+
 def _rank(rule: _Rule) -> int:
     """Precedence: the longer pattern, then Allow on a tie."""
     return 2 * rule.priority + rule.allow
@@ -319,7 +331,9 @@ class RobotsRules:
         self._lengths = sorted(self._prefixes, reverse=True)
         self._hashed = sum(self._lengths)  # octets hashed by a lookup of every length at most
         self._wild = wild
-        self._wild_set = WildcardSet([rule.pattern for rule in wild]) if wild else None
+        self._wild_set: Matcher | None = None
+        if wild:
+            self._wild_set = _matcher([rule.pattern for rule in wild])
         self._wild_keys = [-_rank(rule) for rule in wild]  # ascending
 
     @classmethod

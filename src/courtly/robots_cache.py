@@ -5,8 +5,9 @@ Each hop of a fetch is one request of the origin of its URL, made through the `G
 loop gives: the loop decides how a request of that origin is sent (`RobotsChase` only says
 which URL comes next). Parsing and matching are robots.py's; the store keeps the copy.
 
-Neither stalls the event loop: a body over INLINE_PARSE bytes is parsed in a thread (one parse
-for the origins that serve it at once), and `judge` finds a URL's verdict in a thread when its
+Neither stalls the event loop: a body over INLINE_PARSE bytes, or with as many wildcards as
+MANY_WILDCARDS (numpy is imported then), is parsed in a thread (one parse for the origins that
+serve it at once), and `judge` finds a URL's verdict in a thread when its
 match could take more than INLINE_MATCH seconds (`RobotsRules.match_cost`: a hostile file's
 wildcard rules).
 """
@@ -26,7 +27,7 @@ from courtly.config import CrawlConfig
 from courtly.fetch import FetchError, HttpResponse
 from courtly.model import Candidate, ExitCode
 from courtly.outcome import REDIRECTS
-from courtly.robots import RobotsRules, rules_for_status
+from courtly.robots import MANY_WILDCARDS, RobotsRules, rules_for_status
 from courtly.scheduler import (
     Ending,
     EndKind,
@@ -168,7 +169,7 @@ class RobotsCache:
         if known is not None:
             self._known.move_to_end(key)
             return known
-        if len(body) <= INLINE_PARSE:
+        if len(body) <= INLINE_PARSE and body.count(b"*") < MANY_WILDCARDS:  # no numpy
             rules = self._rules_for(status, body)
         else:
             parsing = self._parsing.get(key)
