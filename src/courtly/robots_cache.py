@@ -7,9 +7,8 @@ which URL comes next). Parsing and matching are robots.py's; the store keeps the
 
 Neither stalls the event loop: a body over INLINE_PARSE bytes, or with as many wildcards as
 MANY_WILDCARDS (numpy is imported then), is parsed in a thread (one parse for the origins that
-serve it at once), and `judge` finds a URL's verdict in a thread when its
-match could take more than INLINE_MATCH seconds (`RobotsRules.match_cost`: a hostile file's
-wildcard rules).
+serve it at once), and `judge` finds a URL's verdict in a thread when its match could take more
+than INLINE_MATCH seconds (`RobotsRules.match_cost`: a hostile file's wildcard rules).
 """
 
 from __future__ import annotations
