@@ -278,7 +278,7 @@ def proc_cpu_s(pid: int) -> float | None:
 
 
 def run_crawl(cmd: list[str], env: dict[str, str], log: Path, timeout: float, nofile: int,
-              profile_dir: Path | None) -> Run:
+              profile_dir: Path | None, rate: int = 50) -> Run:
     """Run the crawl in its own process group; sample each process's CPU and VmHWM every 0.2 s;
     with profile_dir, py-spy records each process of the crawl from its start."""
 
@@ -310,7 +310,7 @@ def run_crawl(cmd: list[str], env: dict[str, str], log: Path, timeout: float, no
                     name = "crawl" if p == proc.pid else "worker"
                     with open(profile_dir / f"{name}.err", "wb") as err:
                         spies[p] = subprocess.Popen(
-                            [py_spy(), "record", "--pid", str(p), "--rate", "50",
+                            [py_spy(), "record", "--pid", str(p), "--rate", str(rate),
                              "--nonblocking", "--format", "raw",
                              "-o", str(profile_dir / f"{name}.txt")],
                             stdout=subprocess.DEVNULL, stderr=err)
@@ -438,6 +438,7 @@ def main() -> None:
                     help="an extra line of the crawl's config file (repeatable)")
     ap.add_argument("--progress", default="log", choices=["log", "off"])
     ap.add_argument("--profile", action="store_true", help="py-spy the crawl and its worker")
+    ap.add_argument("--profile-rate", type=int, default=50, help="py-spy samples a second")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds for the crawl")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (db, logs)")
     ap.add_argument("--json", type=Path, default=CACHE / "last-results.json")
@@ -472,7 +473,7 @@ def main() -> None:
     try:
         with nginx(site, work):
             crawl = run_crawl(cmd, env, work / "crawl.log", args.timeout, args.nofile,
-                              work if args.profile else None)
+                              work if args.profile else None, args.profile_rate)
         served = read_access_log(work / "access.log", set(hosts), set(paths), args.min_delay)
         stored = read_db(db, required)
         bound = args.origins / args.min_delay
