@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import ipaddress
 import socket
 import time
 import zlib
@@ -24,6 +25,7 @@ from courtly.fetch import (
     GuardedResolver,
     SystemResolver,
     _BlockedAddress,
+    _literal,
     interleaved,
 )
 from courtly.fetch import address_allowed as allowed
@@ -332,6 +334,21 @@ def test_every_address_failing_is_one_network_error(hostile: HostileServer) -> N
         fetch_named(hostile, ["127.0.0.3", "127.0.0.4"])
     assert info.value.exit_code is ExitCode.NETWORK_ERROR
     assert "connect" in str(info.value)
+
+
+@pytest.mark.parametrize("host", [
+    "127.1.0.1", "0.0.0.0", "255.255.255.255", "::1", "fe80::1%eth0", "::ffff:1.2.3.4",
+    "01.2.3.4", "1.2.3.04", "1.2.3", "1.2.3.4.", "256.1.1.1", "0x1.2.3.4", " 1.2.3.4",
+    "1.2.3.4/32", "\u0661.2.3.4", "1.2.3.4\x00", "[::1]", "example.com", "",
+])
+def test_an_ip_literal_is_what_ipaddress_parses(host: str) -> None:
+    """The fetcher's IPv4 test (the C parser, no cache) agrees with ipaddress on every form."""
+    try:
+        ipaddress.ip_address(host)
+        expected = True
+    except ValueError:
+        expected = False
+    assert _literal(host) is expected
 
 
 def test_address_families_alternate_from_the_first_answer() -> None:

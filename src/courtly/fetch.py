@@ -13,7 +13,7 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -186,10 +186,23 @@ def _split(url: str) -> tuple[_Endpoint, str]:
         raise FetchError(ExitCode.NETWORK_ERROR, one_line(exc)) from None
 
 
-@functools.lru_cache(maxsize=1024)
 def _literal(host: str) -> bool:
+    """host is an IP address (no brackets): the C parser for IPv4, as strict as ipaddress's
+    (four decimal octets, no leading zeros), so that a crawl of many origins, each its own host,
+    parses none in Python."""
+    if ":" in host:
+        return _literal6(host)
     try:
-        ipaddress.ip_address(host)
+        socket.inet_pton(socket.AF_INET, host)
+    except (OSError, ValueError):  # ValueError: a NUL in it
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _literal6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
     except ValueError:
         return False
     return True
@@ -510,18 +523,24 @@ def _took(started: float) -> str:
 
 def interleaved(addresses: Addresses) -> Addresses:
     """The resolver's order, families alternating from the first answer's (RFC 8305 4)."""
+    if len(addresses) < 2:
+        return addresses
     first = [a for a in addresses if a[1] == addresses[0][1]] if addresses else []
     other = [a for a in addresses if a not in first]
     return [a for pair in itertools.zip_longest(first, other) for a in pair if a is not None]
 
 
-async def first_connection(attempts: Iterable[Callable[[], Awaitable[Connection]]]) -> Connection:
+async def first_connection(attempts: Sequence[Callable[[], Awaitable[Connection]]]
+                           ) -> Connection:
     """Happy eyeballs (RFC 8305): the next attempt starts when the last fails or after
     NEXT_ATTEMPT seconds, the first to connect wins, the others are cancelled or closed.
 
     By hand: asyncio races the addresses only when it resolves the name itself, and courtly
-    resolves it first, to refuse non-public addresses. Raises the last attempt's error.
+    resolves it first, to refuse non-public addresses. Raises the last attempt's error. One
+    address (an IP literal, most names) is awaited in the caller's task: no race to run.
     """
+    if len(attempts) == 1:
+        return await attempts[0]()
     waiting = iter(attempts)
     running: set[asyncio.Task[Connection]] = set()
     error: BaseException = OSError("no address")
