@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import logging
@@ -195,8 +194,8 @@ class Turns:
         self._key_of = key_of
         self._gates: dict[str, KeyGate] = {}
         self._stop = asyncio.Event()
-        self._wake = asyncio.Event()
-        self._slots = asyncio.Semaphore(concurrency)
+        self._free = concurrency  # turns that may start now
+        self._waiter: asyncio.Future[None] | None = None  # the release loop's, while it waits
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: dict[str, asyncio.Task[None]] = {}  # origin → its turn
         self._revoked: set[str] = set()  # origins whose turn was cancelled by `revoke`
@@ -212,7 +211,7 @@ class Turns:
         """A new origin crawler, its first turn at monotonic time `at`."""
         self.crawlers[crawler.origin] = crawler
         self.box.push(crawler, at)
-        self._wake.set()
+        self.wake()
 
     def reopen(self, crawler: OriginCrawler) -> None:
         """An origin that ran out of work gets new links: back into the penalty box."""
@@ -221,7 +220,7 @@ class Turns:
         crawler.finished = False
         self._stats.origins_finished -= 1
         self.box.push(crawler, max(time.monotonic(), crawler.next_request_at))
-        self._wake.set()
+        self.wake()
 
     def live_state(self, origin: str) -> OriginState | None:
         """The state of an origin being crawled (None: no crawler for it)."""
@@ -282,13 +281,13 @@ class Turns:
                 task.cancel()
 
     def wake(self) -> None:
-        """Look again: the loop may end (or an origin has come)."""
-        self._wake.set()
+        """Look again: the loop may end (or an origin has come, or a turn ended)."""
+        _resolve(self._waiter)
 
     def stop(self) -> None:
         """Start no new turn."""
         self._stop.set()
-        self._wake.set()
+        self.wake()
 
     async def run(self, more: Callable[[], bool], helpers: list[Coroutine[Any, Any, None]]
                   ) -> None:
@@ -314,23 +313,21 @@ class Turns:
             if at is None:
                 if not self._tasks and not more():
                     return
-                self._wake.clear()
-                await self._wait(None)
+                await self._wait(loop, None)
                 continue
             delay = at - time.monotonic()
             if delay > 0:
-                self._wake.clear()
-                await self._wait(delay)
+                await self._wait(loop, delay)
+                continue
+            if not self._free:  # `concurrency` turns run: one ends first
+                await self._wait(loop, None)
                 continue
             crawler = self.box.pop()
             gate = crawler.gate
             if gate is not None and gate.busy:
                 gate.waiting.append(crawler)  # released when its key's turn is over
                 continue
-            await self._slots.acquire()
-            if self._stop.is_set():
-                self._slots.release()
-                return
+            self._free -= 1
             if gate is not None:
                 gate.busy = True
             task = loop.create_task(self._run(crawler))
@@ -339,11 +336,19 @@ class Turns:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._wake.set()
+        self.wake()
 
-    async def _wait(self, timeout: float | None) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+    async def _wait(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> None:
+        """Until `wake` or `timeout` seconds: a future and a timer (asyncio.wait_for on an Event
+        made a task, a future and a timer each time; a Semaphore scanned its waiters)."""
+        waiter = self._waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
     async def _run(self, crawler: OriginCrawler) -> None:
         # revocable once started: a task cancelled before its first step would run no cleanup
@@ -365,11 +370,11 @@ class Turns:
         finally:
             self._stats.in_flight -= 1
             crawler.in_turn = False
-            self._slots.release()
+            self._free += 1
             self._running.pop(crawler.origin, None)
             self._revoked.discard(crawler.origin)
         self._after_turn(crawler, at)
-        self._wake.set()
+        self.wake()
 
     async def _through_gate(self, crawler: OriginCrawler) -> bool:
         """An origin's first turn with a politeness key: find its gate and take it if free."""
@@ -422,6 +427,11 @@ class Turns:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _resolve(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 def effective_crawl_delay(crawl_delay: float | None, rules: Politeness) -> float | None:
