@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
 import ipaddress
 import socket
@@ -16,7 +17,7 @@ import brotli
 import pytest
 
 from courtly.config import Limits
-from courtly.connection import Decoder
+from courtly.connection import Connection, Decoder
 from courtly.fetch import (
     NEXT_ATTEMPT,
     Addresses,
@@ -131,6 +132,26 @@ def test_well_formed_answers_still_work(hostile: HostileServer) -> None:
     assert ok.status == 200 and ok.body == b"<html>fine</html>"
     assert asyncio.run(fetch(hostile.url("deflate-raw"))).body == b"raw deflate"
     assert asyncio.run(fetch(hostile.url("gzip-members"))).body == b"one two"
+
+
+def test_a_closed_connection_is_freed_at_once(hostile: HostileServer) -> None:
+    """No cycle left for the garbage collector: a broad crawl opens a connection a request."""
+
+    async def run() -> None:
+        async with Fetcher(LIMITS, "courtly-test", {"127.0.0.1"}) as fetcher:
+            for _ in range(3):
+                await fetcher.get(hostile.url("ok"), keep_alive=False)
+            with pytest.raises(FetchError):
+                await fetcher.get(hostile.url("silent"))
+
+    gc.collect()
+    gc.disable()
+    try:
+        asyncio.run(run())
+        left = [o for o in gc.get_objects() if isinstance(o, Connection)]
+    finally:
+        gc.enable()
+    assert left == []
 
 
 def test_truncate_keeps_exactly_the_first_bytes(hostile: HostileServer) -> None:

@@ -138,6 +138,10 @@ class Decoder:
         return b"".join(out)
 
 
+#: the parser of a closed connection: it calls nobody back
+_DETACHED = httptools.HttpResponseParser(object())
+
+
 class Connection(asyncio.Protocol):
     """A kept-alive connection to one endpoint, carrying one request at a time."""
 
@@ -270,6 +274,15 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.slot.release()
+        try:
+            self._lost(exc)
+        finally:
+            # the parser calls back our bound methods: a cycle that only the garbage collector
+            # would free, with the transport, the timer and the response's parts (a broad crawl
+            # opens a connection a request: most of the collector's work, bench/RESULTS.md)
+            self._parser = _DETACHED
+
+    def _lost(self, exc: Exception | None) -> None:
         if self._waiter is None:
             return
         if self.head_done and not self._delimited and exc is None:
