@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ from courtly.cli import inject_seeds
 from courtly.config import Limits, load_config
 from courtly.crawler import Crawler
 from courtly.fetch import Fetcher
+from courtly.model import OriginState
 from courtly.site import Page, html
+from courtly.stats import CrawlStats
 from courtly.store import open_store
 from courtly.strategy import load_strategy
 from tests.conftest import robots
@@ -64,3 +67,27 @@ def test_a_connection_the_next_request_cannot_reuse_is_closed_at_once(serve) -> 
 
     assert asyncio.run(idle_after(True)) == 1
     assert asyncio.run(idle_after(False)) == 0
+
+
+def test_the_origins_records_are_frozen_while_the_turns_run() -> None:
+    """The collector never scans the records made before the first turn (a broad crawl's every
+    origin) and waits for YOUNG_OBJECTS new ones before a young collection; both are undone
+    once the turns end."""
+    seen: list[tuple[int, int]] = []
+
+    async def turn(crawler: scheduler.OriginCrawler) -> float | None:
+        seen.append((gc.get_freeze_count(), gc.get_threshold()[0]))
+        return None
+
+    async def run() -> None:
+        turns = scheduler.Turns(4, turn, lambda crawler, exc: None, CrawlStats())
+        for i in range(3):
+            turns.add(scheduler.OriginCrawler(f"http://o{i}.test", OriginState(f"http://o{i}.test"),
+                                              patience=1), 0.0)
+        await turns.run(lambda: False, [])
+
+    before = gc.get_threshold()
+    asyncio.run(run())
+    assert len(seen) == 3
+    assert all(frozen > 0 and young == scheduler.YOUNG_OBJECTS for frozen, young in seen)
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before

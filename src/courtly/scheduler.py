@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import heapq
 import itertools
 import logging
@@ -35,6 +36,11 @@ class KeyGate:
     waiting: deque[OriginCrawler] = field(default_factory=deque)  # released while it was busy
 
 
+#: the garbage collector's first threshold while turns run (CPython's is 700): the objects of the
+#: turns in flight, alive at every young collection, were promoted until the oldest generation
+#: (every origin's record, frozen now when the turns begin) was scanned every 2.5 s, a third of
+#: a 30,000-origin crawl's CPU (bench/RESULTS.md, "Broad crawl")
+YOUNG_OBJECTS = 10_000
 #: an origin that waits longer than this for its next turn holds no todo list meanwhile
 REST_AFTER = 5.0
 #: the todo list of an origin whose delay is that long: what a few turns use
@@ -295,9 +301,14 @@ class Turns:
         `helpers` run beside them (one that raises is a turn that failed) until the end."""
         loop = asyncio.get_running_loop()
         beside = [loop.create_task(self._helper(job)) for job in helpers]
+        thresholds = gc.get_threshold()
+        gc.freeze()  # the origins' records, the modules: built once, never scanned again
+        gc.set_threshold(YOUNG_OBJECTS, *thresholds[1:])
         try:
             await self._release(loop, more)
         finally:
+            gc.set_threshold(*thresholds)
+            gc.unfreeze()
             for task in beside:
                 task.cancel()
 
