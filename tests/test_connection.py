@@ -431,6 +431,41 @@ def test_a_response_dripping_under_the_minimum_rate_is_cut() -> None:
     assert detail.startswith("too slow: ") and "limits.min_rate, 100 bytes a second" in detail
     assert 0.5 <= took < 2.0  # at the first check, not at the total timeout (30 s)
 
+
+def test_the_minimum_rate_is_checked_a_window_after_a_late_first_byte() -> None:
+    """The first byte after more than a window: a whole answer then is not cut (the timer came
+    back before it with nothing to check); dripping from then on is cut a window after it."""
+    limits = LIMITS.model_copy(update={"total_timeout": 30, "read_timeout": 5,
+                                       "min_rate": 100, "min_rate_window": 0.5})
+
+    async def late(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (await reader.readuntil(b"\r\n\r\n")).startswith(b"GET /whole "):
+            await asyncio.sleep(0.8)
+            writer.write(ok(b"x" * 100))
+            await writer.drain()
+        await asyncio.sleep(0.8)
+        for byte in ok(b"x" * 100):  # the head and body at 20 bytes a second
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.05)
+
+    async def main() -> tuple[int, str, float]:
+        server = await asyncio.start_server(late, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with Fetcher(limits, "courtly-test") as fetcher:
+                whole = await fetcher.get(f"http://127.0.0.1:{port}/whole")
+                started = asyncio.get_running_loop().time()
+                with pytest.raises(FetchError) as caught:
+                    await fetcher.get(f"http://127.0.0.1:{port}/drip")
+        finally:
+            server.close()
+        return whole.status, caught.value.detail, asyncio.get_running_loop().time() - started
+
+    status, detail, took = asyncio.run(main())
+    assert status == 200
+    assert detail.startswith("too slow: ")
+    assert 1.3 <= took < 2.5  # the first byte at 0.8 s, the check a window (0.5 s) later
+
 class _CountingResolver:
     """Every name is 127.0.0.1, after a moment; counts the names it was asked."""
 

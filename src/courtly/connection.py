@@ -196,6 +196,9 @@ class Connection(asyncio.Protocol):
         waiter = self._waiter = self._loop.create_future()
         self._last_data = self._loop.time()
         self._first_data = self._rate_check = float("inf")  # set by the first byte
+        if self._min_rate:  # the rate is checked a window after the first byte; until it comes,
+            # the timer comes back every window anyway, so that the first byte need not move it
+            self._rate_check = self._last_data + self._rate_window
         self._timer = self._loop.call_at(self._due(), self._on_timer)
         self.transport.write(data)
         return waiter
@@ -251,11 +254,8 @@ class Connection(asyncio.Protocol):
             return
         self._last_data = self._loop.time()
         if not self.received and self._min_rate:  # the transfer rate is watched from here on
-            self._first_data = self._last_data
+            self._first_data = self._last_data  # (the timer is due before the first check)
             self._rate_check = self._last_data + self._rate_window
-            if self._rate_check < self._timer.when():
-                self._timer.cancel()
-                self._timer = self._loop.call_at(self._rate_check, self._on_timer)
         self.received += len(data)
         if not self.head_done and self.received > self._max_head:
             self._fail(FetchError(ExitCode.TOO_LARGE, f"response head over {self._max_head} "
