@@ -263,14 +263,19 @@ class Turns:
             await end
         except Exception as exc:  # the crawl decides what stops; the origin is finished
             self._failed(crawler, exc)
+        finally:  # now, not a loop iteration later: the origin's next end may begin at once
+            self._forget(crawler.origin, asyncio.current_task())
 
     def _ended(self, origin: str, end: Coroutine[Any, Any, None], task: asyncio.Task[None]
                ) -> None:
-        self._stats.in_flight -= 1
+        self._forget(origin, task)  # cancelled before it began
+        end.close()  # (then it was never awaited)
+        self._done(task)
+
+    def _forget(self, origin: str, task: asyncio.Task[Any] | None) -> None:
         if self._beside.get(origin) is task:
             del self._beside[origin]
-        end.close()  # cancelled before it began, it was never awaited
-        self._done(task)
+            self._stats.in_flight -= 1
 
     async def settled(self, crawler: OriginCrawler) -> None:
         """Wait until the origin's last crawl action is recorded (see `beside`)."""
