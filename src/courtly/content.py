@@ -63,8 +63,10 @@ class ContentReader:
                 self._sitemap(action, resp)
         if action.exit_code is ExitCode.NOT_MODIFIED:
             action.revisit_of = action.candidate.url
-        if self.config.store_content and (action.content or action.revisit_of):
-            action.exchange = compress(resp.request + resp.head)  # for WARC records (warc.py)
+        kept = action.content or action.revisit_of
+        if self.config.store_content and kept and action.exchange is None:
+            # for WARC records (warc.py); a page's came compressed from the page worker
+            action.exchange = compress(resp.request + resp.head)
 
     async def _redirect(self, action: CrawlAction, reading: Reading) -> None:
         """The target becomes a link, unless the chain of redirects is already too long."""
@@ -80,8 +82,9 @@ class ContentReader:
     async def _page(self, action: CrawlAction, resp: HttpResponse) -> None:
         """An HTML page: directives, canonical, duplicates, content and links."""
         url = action.candidate.url
-        page = await self.pages.analyse(
-            url, resp.body, action.content_type, resp.headers.get("x-robots-tag", "")
+        page = await self.pages.analyse(  # the exchange is compressed there too (its CPU)
+            url, resp.body, action.content_type, resp.headers.get("x-robots-tag", ""),
+            resp.request + resp.head,
         )
         if page.canonical:
             action.exit_code = ExitCode.NOT_CANONICAL
@@ -101,6 +104,7 @@ class ContentReader:
         elif original is not None:
             action.exit_code = ExitCode.DUPLICATE_CONTENT
             action.duplicate_of = action.revisit_of = original
+            action.exchange = page.exchange
             action.detail = f"exact duplicate of {original}"
             if not rules.follow_links_of_exact_duplicates:
                 return
@@ -108,7 +112,7 @@ class ContentReader:
             if not rules.follow_links_of_near_duplicates:
                 return
         else:
-            action.content = page.content
+            action.content, action.exchange = page.content, page.exchange
         self.strategy.page_crawled(
             StrategyResponse(request_of(action.candidate), resp.status, str(action.exit_code),
                              resp.headers, resp.body, page.title)

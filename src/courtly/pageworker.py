@@ -89,6 +89,8 @@ class PageAnalysis:
     near_signature: bytes | None = None
     #: the body compressed for the content table (settings.compress), unless noindex
     content: bytes | None = None
+    #: the HTTP exchange (request and response head) compressed with it, for WARC records
+    exchange: bytes | None = None
 
 
 def compress(body: bytes) -> bytes:
@@ -97,9 +99,11 @@ def compress(body: bytes) -> bytes:
 
 
 def analyse_page(
-    settings: PageSettings, url: str, body: bytes, content_type: str | None, x_robots_tag: str
+    settings: PageSettings, url: str, body: bytes, content_type: str | None, x_robots_tag: str,
+    exchange: bytes = b"",
 ) -> PageAnalysis:
-    """Parse one HTML page: directives, canonical, normalized links, near-duplicate signature."""
+    """Parse one HTML page: directives, canonical, normalized links, near-duplicate signature;
+    compress the body and the exchange for storage."""
     page = parse_html(
         body, content_type, settings.token, settings.max_links, want_text=settings.dedup.near,
         max_bytes=settings.max_parse_size, want_anchors=settings.anchors,
@@ -117,6 +121,7 @@ def analyse_page(
         out.near_signature = _minhash()(page.text, settings.dedup.min_words)
     if settings.compress and not out.noindex:
         out.content = compress(body)
+        out.exchange = compress(exchange) if exchange else None
     if out.nofollow:
         return out
     # each href once, with its first anchor text: a page repeats its links (a rustdoc page's
@@ -148,7 +153,7 @@ def _minhash() -> Callable[[str, int], bytes | None]:
 def astuple(page: PageAnalysis) -> tuple[object, ...]:
     """The fields in order: a tuple pickles in a third of a slotted dataclass's time."""
     return (page.noindex, page.nofollow, page.canonical, page.title, page.links,
-            page.near_signature, page.content)
+            page.near_signature, page.content, page.exchange)
 
 
 # -- the worker process ------------------------------------------------------------------------
@@ -266,20 +271,21 @@ class PageWorker:
         self._starting = asyncio.Lock()
 
     async def analyse(
-        self, url: str, body: bytes, content_type: str | None, x_robots_tag: str
+        self, url: str, body: bytes, content_type: str | None, x_robots_tag: str,
+        exchange: bytes = b"",
     ) -> PageAnalysis:
         """The analysis of one page; a dead worker is replaced, its pages analysed inline."""
         body = body[: self.settings.max_parse_size + 1]  # parse_html reads no further
         if self.workers > 0:
             try:
-                data = await self._ask((url, body, content_type, x_robots_tag))
+                data = await self._ask((url, body, content_type, x_robots_tag, exchange))
             except OSError:  # the worker is gone (the next page starts a new one)
                 data = b""
             if data:  # empty: the worker failed on this page or died before answering
                 return PageAnalysis(*pickle.loads(data))
-        return analyse_page(self.settings, url, body, content_type, x_robots_tag)
+        return analyse_page(self.settings, url, body, content_type, x_robots_tag, exchange)
 
-    async def _ask(self, request: tuple[str, bytes, str | None, str]) -> bytes:
+    async def _ask(self, request: tuple[str, bytes, str | None, str, bytes]) -> bytes:
         conn = self._conn
         if conn is None:
             async with self._starting:
