@@ -10,13 +10,15 @@ and the bytes kept per document (signature + index rows).
 
     .venv/bin/python bench/dedup_bench.py [--docs 200] [--seed 1]
 
-With --index N it measures instead what the near-duplicate index costs the crawl database: N
-pages on one template (the same 400 words of chrome around 120 words of their own, so their
-signatures share band keys by chance, as templated pages do; similarity about 0.6, under the
-threshold) are looked up (`Store.find_similar`) and stored as OK pages, 1,000 pages a commit as
-group commit does, and it prints the CPU (user + sys) a page over the last fifth, with the
-configured number of indexed bands or `--bands B`. `--random` uses random signatures instead.
-Issue 32: the CPU a page at 20,000 and 200,000 pages within 15 %.
+With --index N [N ...] it measures instead what the near-duplicate index costs the crawl
+database: N pages on one template (the same 400 words of chrome around 120 words of their own,
+so their signatures share band keys by chance, as templated pages do; similarity about 0.6,
+under the threshold) are looked up (`Store.find_similar`) and stored as OK pages, 1,000 pages
+a commit as group commit does, and it prints the CPU (user + sys) a page over the last fifth,
+with the configured number of indexed bands or `--bands B`, each size in its own database; the
+last fifths are measured in turns, so the machine's load weighs on all sizes alike, and the ratio of
+each size's CPU a page to the first's is printed. `--random` uses random signatures instead.
+Issue 32: `--index 20000 200000`, the CPU a page at both sizes within 15 %.
 """
 
 from __future__ import annotations
@@ -210,34 +212,38 @@ def templated_signatures(pages: int, seed: int) -> list[bytes]:
     return out
 
 
-def index_cost(pages: int, seed: int, random_signatures: bool) -> None:
-    """CPU a page of near-duplicate lookups and stores in a SQLite crawl database."""
-    from courtly.model import CrawlAction, ExitCode, Link
-    from courtly.store.sqlite import SqliteStore
+class _Crawl:
+    """One crawl database being filled with templated pages as a crawl fills it."""
 
-    rng = random.Random(seed)
-    if random_signatures:
-        signatures = [rng.randbytes(2 * dedup.BINS) for _ in range(pages)]
-    else:
-        signatures = templated_signatures(pages, seed)
-    found = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        store = SqliteStore(f"{tmp}/index.db")
-        store.commit_interval = float("inf")  # committed by hand, every 1,000 pages
-        store.add_links([Link(f"http://a.test/{i}", "http://a.test", 1, 1.0)
-                         for i in range(pages)])
-        store.flush()
-        candidates = store.take_todo("http://a.test", 1, pages, 0.0)
-        measured = pages // 5
-        start = resource.getrusage(resource.RUSAGE_SELF)
-        steps = [0.0, 0.0, 0.0]  # CPU seconds of the last fifth: lookups, records, commits
+    def __init__(self, path: str, signatures: list[bytes]) -> None:
+        from courtly.model import Link
+        from courtly.store.sqlite import SqliteStore
+
+        self.signatures = signatures
+        self.store = SqliteStore(path)
+        self.store.commit_interval = float("inf")  # committed by hand, every 1,000 pages
+        pages = len(signatures)
+        self.store.add_links([Link(f"http://a.test/{i}", "http://a.test", 1, 1.0)
+                              for i in range(pages)])
+        self.store.flush()
+        self.candidates = self.store.take_todo("http://a.test", 1, pages, 0.0)
+        self.done = 0
+        self.found = 0
+        self.cpu = [0.0, 0.0, 0.0]  # measured CPU seconds: lookups, records, commits
+        self.rusage = 0.0  # measured user + system CPU seconds, from getrusage
+        self.measured = 0
+
+    def step(self, pages: int, measure: bool) -> None:
+        """Look up and record the next pages, 1,000 a commit."""
+        from courtly.model import CrawlAction, ExitCode
+
         clock = time.process_time
-        for i, (candidate, sig) in enumerate(zip(candidates, signatures, strict=True)):
-            if i == pages - measured:
-                start = resource.getrusage(resource.RUSAGE_SELF)
-                steps = [0.0, 0.0, 0.0]
+        store, cpu = self.store, [0.0, 0.0, 0.0]
+        start = resource.getrusage(resource.RUSAGE_SELF)
+        for i in range(self.done, self.done + pages):
+            candidate, sig = self.candidates[i], self.signatures[i]
             t0 = clock()
-            found += store.find_similar(sig, candidate.url, 0.8) is not None
+            self.found += store.find_similar(sig, candidate.url, 0.8) is not None
             t1 = clock()
             action = CrawlAction(candidate, "http://a.test", ExitCode.OK, 0.0)
             action.near_signature = sig
@@ -245,27 +251,64 @@ def index_cost(pages: int, seed: int, random_signatures: bool) -> None:
             t2 = clock()
             if i % 1000 == 999:
                 store.flush()
-            steps[0] += t1 - t0
-            steps[1] += t2 - t1
-            steps[2] += clock() - t2
+            cpu[0] += t1 - t0
+            cpu[1] += t2 - t1
+            cpu[2] += clock() - t2
         end = resource.getrusage(resource.RUSAGE_SELF)
-        biggest = store._x("SELECT COUNT(*) AS n FROM near_dup_keys GROUP BY key "
-                           "ORDER BY n DESC LIMIT 1").fetchone()[0]
-        store.close()
-    user = (end.ru_utime - start.ru_utime) / measured * 1e6
-    system = (end.ru_stime - start.ru_stime) / measured * 1e6
-    kind = "random" if random_signatures else "templated"
-    print(f"{pages:,} {kind} pages, {dedup.BANDS} bands indexed: {user + system:.1f} µs a page "
-          f"(user {user:.1f}, sys {system:.1f}) over the last {measured:,}; judged near-duplicate "
-          f"{found:,}; largest bucket {biggest:,}; lookups {steps[0] / measured * 1e6:.1f}, "
-          f"records {steps[1] / measured * 1e6:.1f}, commits {steps[2] / measured * 1e6:.1f} µs")
+        self.done += pages
+        if measure:
+            self.measured += pages
+            self.cpu = [a + b for a, b in zip(self.cpu, cpu, strict=True)]
+            self.rusage += (end.ru_utime - start.ru_utime) + (end.ru_stime - start.ru_stime)
+
+    def report(self) -> float:
+        """Print the measured CPU a page; return it (µs)."""
+        per = self.rusage / self.measured * 1e6
+        lookups, records, commits = (c / self.measured * 1e6 for c in self.cpu)
+        biggest = self.store._x("SELECT COUNT(*) AS n FROM near_dup_keys GROUP BY key "
+                                "ORDER BY n DESC LIMIT 1").fetchone()
+        pages = len(self.signatures)
+        print(f"{pages:>9,} pages: {per:6.1f} µs a page over the last {self.measured:,} "
+              f"(lookups {lookups:.1f}, records {records:.1f}, commits {commits:.1f}); judged "
+              f"near-duplicate {self.found:,}; largest bucket {biggest[0] if biggest else 0:,}")
+        return per
+
+
+def index_cost(sizes: list[int], seed: int, random_signatures: bool) -> None:
+    """CPU a page of near-duplicate lookups and stores in SQLite crawl databases of these sizes,
+    the last fifth of each measured in turns (the same machine load for all), and the ratio of
+    each size's to the first's."""
+    rng = random.Random(seed)
+    pages = max(sizes)
+    if random_signatures:
+        signatures = [rng.randbytes(2 * dedup.BINS) for _ in range(pages)]
+    else:
+        signatures = templated_signatures(pages, seed)
+    turns = 40
+    with tempfile.TemporaryDirectory() as tmp:
+        crawls = [_Crawl(f"{tmp}/{n}.db", signatures[:n]) for n in sizes]
+        for crawl, n in zip(crawls, sizes, strict=True):
+            crawl.step(n - n // 5, measure=False)
+        for turn in range(turns):
+            for crawl, n in zip(crawls, sizes, strict=True):
+                share = n // 5
+                crawl.step(share * (turn + 1) // turns - share * turn // turns, measure=True)
+        kind = "random" if random_signatures else "templated"
+        print(f"{kind} pages, {dedup.BANDS} bands indexed, {dedup.MEMBERS} pages a key, "
+              f"measured in {turns} turns:")
+        costs = [crawl.report() for crawl in crawls]
+        for crawl in crawls:
+            crawl.store.close()
+    for n, cost in zip(sizes[1:], costs[1:], strict=True):
+        print(f"CPU a page at {n:,} pages / at {sizes[0]:,}: {cost / costs[0]:.2f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--index", type=int, metavar="N", help="measure the index's cost instead")
+    parser.add_argument("--index", type=int, nargs="+", metavar="N",
+                        help="measure the index's cost at these sizes instead (20000 200000)")
     parser.add_argument("--bands", type=int, help="indexed bands (default: courtly's)")
     parser.add_argument("--random", action="store_true", help="--index: random signatures")
     opts = parser.parse_args()

@@ -77,6 +77,11 @@ def time_moved(seconds: float) -> dict[str, str]:
     return _faults(FAULT_TIME_OFFSET=str(seconds))
 
 
+#: every band key of the near-duplicate index, merged or still recent (a subquery)
+BAND_KEYS = ("(SELECT key, candidate FROM near_dup_keys UNION ALL "
+             "SELECT key, candidate FROM near_dup_recent) AS k")
+
+
 def rows(db: Path | str, sql: str, *params: Any) -> list[dict[str, Any]]:
     """Query the crawl database directly (SQLite file, or a postgresql:// URL)."""
     if str(db).startswith("postgresql://"):

@@ -13,7 +13,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from courtly.site import LocalSite, Page, html
 from courtly.store.postgres import conninfo_and_schema
-from tests.conftest import courtly, robots
+from tests.conftest import BAND_KEYS, courtly, robots
 from tests.pgserver import PgUrl
 
 COMMANDS = ("stats", "add-seeds", "worker", "crawl")
@@ -186,7 +186,7 @@ def test_a_damaged_signature_is_replaced_when_its_page_is_crawled_again(tmp_path
         assert run.status == 0, run.err
         con = sqlite3.connect(db)
         good = con.execute("SELECT signature FROM near_dup").fetchone()[0]
-        keys = con.execute("SELECT key FROM near_dup_keys ORDER BY key").fetchall()
+        keys = con.execute(f"SELECT key FROM {BAND_KEYS} ORDER BY key").fetchall()
         con.close()
         damage(db, "UPDATE near_dup SET signature = 'damaged'")
         damage(db, "UPDATE candidates SET state = 'QUEUED', taken_run = NULL")
@@ -194,5 +194,5 @@ def test_a_damaged_signature_is_replaced_when_its_page_is_crawled_again(tmp_path
     assert run.status == 0 and "Traceback" not in run.err, run.err
     con = sqlite3.connect(db)
     assert con.execute("SELECT signature FROM near_dup").fetchall() == [(good,)]
-    assert con.execute("SELECT key FROM near_dup_keys ORDER BY key").fetchall() == keys
+    assert con.execute(f"SELECT key FROM {BAND_KEYS} ORDER BY key").fetchall() == keys
     con.close()

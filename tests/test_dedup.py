@@ -12,7 +12,7 @@ from courtly.config import Dedup
 from courtly.model import Candidate, CrawlAction, ExitCode
 from courtly.site import Page, html
 from courtly.store.sqlite import SqliteStore
-from tests.conftest import candidates, courtly, fetched_paths, rows
+from tests.conftest import BAND_KEYS, candidates, courtly, fetched_paths, rows
 
 MIN_WORDS = Dedup().min_words
 
@@ -173,14 +173,14 @@ def test_index_finds_near_copies_among_many(tmp_path: Path) -> None:
     assert store.find_similar(sig, "http://a/123", 0.8) is None  # never itself
     other = minhash.signature(" ".join(article(5)), MIN_WORDS)
     assert store.find_similar(other or b"", "http://x", 0.8) is None
-    keys = rows(tmp_path / "d.db", "SELECT COUNT(*) AS n FROM near_dup_keys")[0]["n"]
+    keys = rows(tmp_path / "d.db", f"SELECT COUNT(*) AS n FROM {BAND_KEYS}")[0]["n"]
     assert keys == 300 * dedup.BANDS
     # a recrawl (the todo list gives the last exit code) replaces the page's signature and keys
     again = Candidate(1, "http://a/0", 0, exit_code="OK")
     action = CrawlAction(again, "http://a", ExitCode.OK, 0.0)
     action.near_signature = sig
     store.record(action, 2)
-    assert rows(tmp_path / "d.db", "SELECT COUNT(*) AS n FROM near_dup_keys")[0]["n"] == keys
+    assert rows(tmp_path / "d.db", f"SELECT COUNT(*) AS n FROM {BAND_KEYS}")[0]["n"] == keys
     # a first crawl recorded twice (another worker took it after a lost lease) is no error:
     # the signature is the last one, the first one's keys stay unused
     twice = Candidate(2, "http://a/1", 0)

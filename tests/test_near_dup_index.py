@@ -5,10 +5,13 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from courtly import dedup
-from courtly.model import CrawlAction, ExitCode, Link
+from courtly.model import Candidate, CrawlAction, ExitCode, Link
 from courtly.store import open_store
-from tests.conftest import rows
+from courtly.store.base import Write
+from tests.conftest import BAND_KEYS, rows
 
 BACKENDS = ("sqlite", "postgres")
 
@@ -36,9 +39,9 @@ def test_a_crowded_band_key_holds_and_compares_at_most_members(db: Path) -> None
         store.record(action, 1)
     store.flush()
     key = dedup.band_keys(templated(rng, shared))[0]
-    held = rows(db, "SELECT COUNT(*) AS n FROM near_dup_keys WHERE key = ?", key)[0]["n"]
+    held = rows(db, f"SELECT COUNT(*) AS n FROM {BAND_KEYS} WHERE key = ?", key)[0]["n"]
     assert held == dedup.MEMBERS
-    others = rows(db, "SELECT COUNT(*) AS n FROM near_dup_keys WHERE key <> ?", key)[0]["n"]
+    others = rows(db, f"SELECT COUNT(*) AS n FROM {BAND_KEYS} WHERE key <> ?", key)[0]["n"]
     assert others == n * (dedup.BANDS - 1)
     copy = bytearray(signatures["http://a/150"])
     copy[-2:] = b"\xff\xff"  # one value of 128 changed, in a band that is not indexed
@@ -58,8 +61,79 @@ def test_pages_not_ok_are_not_indexed(db: Path) -> None:
     store.record(action, 1)
     store.flush()
     assert rows(db, "SELECT COUNT(*) AS n FROM near_dup")[0]["n"] == 1
-    assert rows(db, "SELECT COUNT(*) AS n FROM near_dup_keys")[0]["n"] == 0
+    assert rows(db, f"SELECT COUNT(*) AS n FROM {BAND_KEYS}")[0]["n"] == 0
     store.close()
+
+
+def test_recent_keys_are_merged_into_the_index_and_found_in_both(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New keys go to near_dup_recent, moved into near_dup_keys once they are RECENT and a
+    RECENT_SHARE-th of it; lookups find pages in both, and a recrawl replaces keys in both."""
+    monkeypatch.setattr(dedup, "RECENT", 40)
+    monkeypatch.setattr(dedup, "RECENT_SHARE", 2)
+    rng = random.Random(8)
+    store = open_store(str(db))
+    n = 30
+    store.add_links([Link(f"http://a/{i}", "http://a", 0) for i in range(n)])
+    todo = store.take_todo("http://a", 1, n, 0.0)
+    signatures: dict[str, bytes] = {}
+    merged_at = []
+    batch = getattr(store, "write_batch", None)  # PostgreSQL: pipelined, as a fleet writes
+    for i, cand in enumerate(todo):
+        sig = signatures[cand.url] = rng.randbytes(dedup.PACK.size)
+        assert store.find_similar(sig, cand.url, 0.8) is None
+        action = CrawlAction(cand, "http://a", ExitCode.OK, 0.0)
+        action.near_signature = sig
+        if batch is not None:
+            assert batch([Write(action=action, run=1)]) == []
+        else:
+            store.record(action, 1)
+        store.flush()
+        if rows(db, "SELECT COUNT(*) AS n FROM near_dup_recent")[0]["n"] == 0:
+            merged_at.append(i)
+    # 8 keys a page: merged at 40 keys (5 pages), then at 40 (a half of 40, but at least 40),
+    # 60 (a half of 120: 8 pages)
+    assert merged_at == [4, 9, 14, 22], merged_at
+    assert rows(db, f"SELECT COUNT(*) AS n FROM {BAND_KEYS}")[0]["n"] == n * dedup.BANDS
+    for url in (todo[0].url, todo[-1].url):  # one merged, one recent
+        copy = bytearray(signatures[url])
+        copy[-2:] = b"\xff\xff"
+        found = store.find_similar(bytes(copy), "http://a/new", 0.8)
+        assert found is not None and found[0] == url
+    for cand in (todo[0], todo[-1]):  # recrawled: the old keys go, from either table
+        again = Candidate(cand.id, cand.url, 0, exit_code="OK")
+        action = CrawlAction(again, "http://a", ExitCode.OK, 0.0)
+        action.near_signature = rng.randbytes(dedup.PACK.size)
+        store.record(action, 2)
+        store.flush()
+        keys = rows(db, f"SELECT key FROM {BAND_KEYS} WHERE candidate = ? ORDER BY key", cand.id)
+        assert [r["key"] for r in keys] == sorted(dedup.band_keys(action.near_signature))
+    assert rows(db, f"SELECT COUNT(*) AS n FROM {BAND_KEYS}")[0]["n"] == n * dedup.BANDS
+    store.close()
+
+
+def test_a_sketch_differs_in_no_more_values_than_its_signature() -> None:
+    """The sketch holds each value's low 2 bits; a signature whose sketch differs in more values
+    than min_similarity allows is never similar enough, and the filter passes all others."""
+    rng = random.Random(9)
+    for _ in range(300):
+        a = rng.randbytes(dedup.PACK.size)
+        b = bytearray(a)
+        for i in rng.sample(range(dedup.BINS), rng.randrange(dedup.BINS // 2)):
+            b[2 * i:2 * i + 2] = rng.randbytes(2)
+        values = dedup.PACK.unpack(bytes(b))
+        packed = bytes(sum((values[4 * j + k] & 3) << 2 * k for k in range(4))
+                       for j in range(dedup.BINS // 4))
+        assert dedup.sketch(bytes(b)) == packed
+        threshold = rng.choice((0.7, 0.8, 0.9))
+        near = dedup.sketch_filter(a, threshold)(dedup.sketch(bytes(b)))
+        if dedup.similarity(a, bytes(b)) >= threshold:
+            assert near
+        differing = sum(x & 3 != y & 3 for x, y in zip(dedup.PACK.unpack(a), values,
+                                                         strict=True))
+        assert near == (1 - differing / dedup.BINS >= threshold)
+    assert dedup.sketch_filter(a, 0.8)(None)  # a row written before sketches: read its signature
 
 
 def test_similarity_is_the_fraction_of_equal_values() -> None:

@@ -125,6 +125,7 @@ def test_the_near_duplicate_probe_reads_the_index_before_any_statistics(pg_url: 
         plan = conn.execute("EXPLAIN " + ANY_KEY, ([1, 2, 3, 4, 5, 6, 7, 8],)).fetchall()
     shown = "\n".join(r[0] for r in plan)
     assert "Seq Scan on near_dup_keys" not in shown and "near_dup_keys_6_pkey" in shown, shown
+    assert "Seq Scan on near_dup_recent" not in shown and "near_dup_recent_pkey" in shown, shown
 
 
 def test_two_batches_upsert_shared_links_in_one_order(pg_url: PgUrl,

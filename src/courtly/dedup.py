@@ -15,15 +15,18 @@ compares their whole signatures.
 The cost of a page is bounded whatever the crawl's size: pages on one template share keys by
 chance, and a bucket (the pages of one key) would grow with the crawl. A lookup reads at most
 MEMBERS pages a key, the first indexed (the bucket's representatives), so at most
-BANDS × MEMBERS signatures, compared as integers (an XOR and a fold, no loop over the values);
-a page's key is not added to a bucket that already holds MEMBERS pages, and only pages judged
-OK are indexed. A page that would have matched a page past the representatives of one bucket
-still shares its other keys with it, whose buckets are not full unless templated pages crowd
-them too. The keys are random B-tree inserts and probes, the costliest
-part of a crawl action's writes, growing with the crawl: 8 of the 32 bands are indexed, which
-halves that cost (bench/dedup_bench.py --index: 97 → 45 µs a page at 50k crawled pages, 161
-→ 81 at 200k) for one miss in 200 copies with 2 % of their words changed. Databases written
-before keep their other keys per page, unused (the first 8 bands' keys are the same).
+BANDS × MEMBERS; a page's key is not added to a bucket that already holds MEMBERS pages, and
+only pages judged OK are indexed. A page that would have matched a page past the
+representatives of one bucket still shares its other keys with it, whose buckets are not full
+unless templated pages crowd them too. Each key row holds its page's sketch (the low 2 bits of
+each value, 32 bytes): a page whose sketch differs in more values than min_similarity allows
+cannot be similar enough, and only the others' signatures are read (a templated page: none; a
+random read into the signatures, the growing cost of a lookup when they were read for every
+page of the buckets). New keys go to a small table merged in key order into the index when
+they are a RECENT_SHARE-th of it (random inserts into the large B-tree wrote one of its pages
+per key at each commit). 8 of the 32 bands are indexed (16 cost twice the writes for one miss
+in 200 copies with 2 % of their words changed). bench/dedup_bench.py --index 20000 200000
+measures the cost a page at both sizes (bench/RESULTS.md).
 
 Why MinHash rather than simhash: bench/dedup_bench.py. On real text with known edits, a 64-bit
 simhash within Hamming distance 3 found 26–79 % of the copies with 0.5 % of their words changed
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Callable
 
 import xxhash
 
@@ -50,6 +54,10 @@ ROWS = 4
 BANDS = 8  # indexed bands: 32 of the BINS values
 #: pages compared (and indexed) per band key
 MEMBERS = 8
+#: band keys are written to a small table first, merged in key order into the index when they
+#: are at least RECENT and a 1 / RECENT_SHARE of it
+RECENT = 16384
+RECENT_SHARE = 8
 SHINGLE = 3
 
 #: only the first TEXT_LIMIT bytes of a page's text are fingerprinted
@@ -73,6 +81,41 @@ def similarity(a: bytes, b: bytes) -> float:
     x |= x >> 4
     x |= x >> 8
     return 1.0 - (x & _LANE_LOW_BITS).bit_count() / BINS
+
+
+_LOW_2 = bytes(b & 3 for b in range(256))
+_NIBBLES = int.from_bytes(b"\x0f\x00" * (BINS // 2), "little")
+_BYTES = int.from_bytes(b"\xff\x00\x00\x00" * (BINS // 4), "little")
+_PAIR_LOW_BITS = int.from_bytes(b"\x55" * (BINS // 4), "little")
+
+
+@functools.lru_cache(maxsize=64)  # a page's sketch is used by its lookup, then stored
+def sketch(sig: bytes) -> bytes:
+    """The low 2 bits of each of the signature's values, packed (BINS // 4 bytes).
+
+    Where two signatures' values are equal, so are their sketches': a sketch differs from
+    another in at most as many values as the signature does, so a page whose sketch differs in
+    too many cannot be similar enough (sketch_filter), and its signature is not read.
+    """
+    x = int.from_bytes(sig[0::2].translate(_LOW_2), "little")  # each value's low byte, & 3
+    x = (x | x >> 6) & _NIBBLES  # two values a nibble, in each 16 bits
+    x = (x | x >> 12) & _BYTES  # four values a byte, in each 32 bits
+    return x.to_bytes(BINS, "little")[0::4]
+
+
+def sketch_filter(sig: bytes, min_similarity: float) -> Callable[[object], bool]:
+    """Whether a stored sketch may belong to a page at min_similarity or more to `sig` (True
+    for a value that is not a sketch: the signature decides)."""
+    mine = int.from_bytes(sketch(sig), "little")
+    size = BINS // 4
+
+    def near(other: object) -> bool:
+        if not isinstance(other, bytes | bytearray | memoryview) or len(other) != size:
+            return True
+        x = mine ^ int.from_bytes(other, "little")
+        return 1.0 - ((x | x >> 1) & _PAIR_LOW_BITS).bit_count() / BINS >= min_similarity
+
+    return near
 
 
 @functools.lru_cache(maxsize=64)  # a page's keys are looked up, then stored

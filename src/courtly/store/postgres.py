@@ -71,11 +71,13 @@ BEGIN
 END $$"""
 
 
-#: does any of these band keys (%s, an array) have a page: one probe of the index per key
+#: does any of these band keys (%s, an array) have a page: one probe per key of the index and
+#: of the recent keys
 #: (`key = ANY(keys) LIMIT 1` is planned as a scan of the whole table while the table has no
 #: statistics, as in a crawl's first minutes: 2 ms a page at 30,000 keys, and growing)
 ANY_KEY = ("SELECT 'k', NULL, NULL, NULL FROM unnest(%s::bigint[]) AS k(key) "
-           "WHERE EXISTS (SELECT 1 FROM near_dup_keys n WHERE n.key = k.key) LIMIT 1")
+           "WHERE EXISTS (SELECT 1 FROM near_dup_keys n WHERE n.key = k.key) "
+           "OR EXISTS (SELECT 1 FROM near_dup_recent r WHERE r.key = k.key) LIMIT 1")
 
 #: deadlock, serialization failure: the batch was rolled back and is sent again
 _CONFLICTS = frozenset({"40P01", "40001"})
@@ -474,6 +476,13 @@ class PostgresBatches(PostgresSql):
             self._absent(unknown, found)
             changing = self.seen.changing(changing, score)[0]
         return original, similar, changing
+
+    def _merge_recent_keys(self) -> None:
+        """SqlStore's, in one statement: an INSERT … SELECT then a DELETE would drop the keys
+        another worker commits between the two."""
+        self._px("WITH moved AS (DELETE FROM near_dup_recent RETURNING key, candidate, sketch) "
+                 "INSERT INTO near_dup_keys (key, candidate, sketch) SELECT key, candidate, "
+                 "sketch FROM moved ORDER BY key ON CONFLICT DO NOTHING")
 
     def valid_leases(self, leases: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Which of these (partition, epoch) leases are still this worker's, unexpired."""

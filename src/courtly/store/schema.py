@@ -183,4 +183,19 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE leases ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0",
     ],
+    # 11: a page's band keys go first to a small table, merged into near_dup_keys in key order
+    # every dedup.RECENT keys (a key inserted at random into the large B-tree dirtied a page of it
+    # each: a commit wrote 5 pages a crawled page at 200,000 pages, 1 at 20,000); each key row
+    # holds the page's sketch (dedup.sketch), so a lookup reads no signature of a page whose
+    # sketch is too far (the rows of one key are together: the pages of a bucket cost no random
+    # reads into 256-byte signatures)
+    [
+        "ALTER TABLE near_dup_keys ADD COLUMN sketch BYTEA",
+        """CREATE TABLE near_dup_recent (
+            key BIGINT NOT NULL,
+            candidate BIGINT NOT NULL,
+            sketch BYTEA NOT NULL,
+            PRIMARY KEY (key, candidate)
+        ) WITHOUT_ROWID""",
+    ],
 ]

@@ -27,19 +27,17 @@ from courtly.store.schema import MIGRATIONS
 from courtly.store.seen import SeenCache
 
 #: the pages that share a band key, at most dedup.MEMBERS a key (the first indexed: a bucket's
-#: representatives), with their signatures: one index probe per key, then each page's signature
-#: by primary key. Bounded whatever the crawl's size: templated pages share keys by chance
-_SHARING_A_KEY = (
-    "SELECT hits.key, hits.candidate, n.signature FROM ("
-    + " UNION ALL ".join(
-        f"SELECT key, candidate FROM (SELECT key, candidate FROM near_dup_keys WHERE key = ? "
-        f"LIMIT {dedup.MEMBERS}) AS band{i}" for i in range(dedup.BANDS)
-    )
-    + ") AS hits LEFT JOIN near_dup n ON n.candidate = hits.candidate"
+#: representatives), with their sketches: one index probe per key and table (the large one, and
+#: the recent keys not yet merged into it). Bounded whatever the crawl's size: templated pages
+#: share keys by chance
+_SHARING_A_KEY = " UNION ALL ".join(
+    f"SELECT * FROM (SELECT key, candidate, sketch FROM near_dup_keys WHERE key = ? "
+    f"UNION ALL SELECT key, candidate, sketch FROM near_dup_recent WHERE key = ? "
+    f"LIMIT {dedup.MEMBERS}) AS band{i}" for i in range(dedup.BANDS)
 )
 _INSERT_KEYS = (  # a page's band keys in one statement
-    "INSERT INTO near_dup_keys (key, candidate) VALUES "
-    + ", ".join(["(?, ?)"] * dedup.BANDS) + " ON CONFLICT DO NOTHING"
+    "INSERT INTO near_dup_recent (key, candidate, sketch) VALUES "
+    + ", ".join(["(?, ?, ?)"] * dedup.BANDS) + " ON CONFLICT DO NOTHING"
 )
 #: the revisits whose original is still the kept page they revisited
 _REVISITS = (
@@ -515,11 +513,25 @@ class SqlRecords(SqlReads):
         """The band keys whose buckets find_similar saw full, by signature (the last few)."""
         return {}
 
+    @functools.cached_property
+    def _recent_keys(self) -> list[int]:
+        """How many keys near_dup_recent holds, as this store counts them (a one-item list)."""
+        return [int(self._x("SELECT COUNT(*) FROM near_dup_recent").fetchone()[0])]
+
+    @functools.cached_property
+    def _indexed_keys(self) -> list[int]:
+        """How many keys near_dup_keys holds, as this store counts them (counted when first
+        needed, at the first merge; a recrawl's removed keys stay counted)."""
+        return [int(self._x("SELECT COUNT(*) FROM near_dup_keys").fetchone()[0])]
+
     def _save_signature(self, candidate: int, signature: bytes, crawled_before: bool,
                         indexed: bool) -> None:
-        """Store a page's MinHash signature and, if `indexed` (an OK page), its band keys (in
-        the caller's transaction); a key whose bucket already holds dedup.MEMBERS pages is not
-        added (a lookup compares no more).
+        """Store a page's MinHash signature and, if `indexed` (an OK page), its band keys with
+        its sketch (in the caller's transaction); a key whose bucket already holds dedup.MEMBERS
+        pages is not added (a lookup compares no more).
+
+        The keys go to near_dup_recent, a small table whose pages stay in the cache, moved into
+        near_dup_keys in key order every dedup.RECENT keys (_merge_recent_keys).
 
         A page crawled before may have a signature: its keys are replaced. A first crawl has none
         to read (a second worker crawling it after a lost lease only leaves unused keys).
@@ -533,10 +545,12 @@ class SqlRecords(SqlReads):
             try:
                 keys = dedup.band_keys(_signature(old[0]))
             except ValueError:  # damaged: its keys are found by candidate instead
-                self._x("DELETE FROM near_dup_keys WHERE candidate = ?", (candidate,))
+                for table in ("near_dup_keys", "near_dup_recent"):
+                    self._x(f"DELETE FROM {table} WHERE candidate = ?", (candidate,))
             else:
-                self._xmany("DELETE FROM near_dup_keys WHERE key = ? AND candidate = ?",
-                            [(key, candidate) for key in keys])
+                for table in ("near_dup_keys", "near_dup_recent"):
+                    self._xmany(f"DELETE FROM {table} WHERE key = ? AND candidate = ?",
+                                [(key, candidate) for key in keys])
         self._x(
             "INSERT INTO near_dup (candidate, signature) VALUES (?, ?) ON CONFLICT (candidate) "
             "DO UPDATE SET signature = excluded.signature",
@@ -544,22 +558,54 @@ class SqlRecords(SqlReads):
         )
         crowded = self._crowded.pop(signature, frozenset())
         added = [key for key in dedup.band_keys(signature) if key not in crowded] if indexed else []
+        if not added:
+            return
+        recent = self._recent_keys  # counted before this page's keys are
+        sketch = dedup.sketch(signature)
         if len(added) == dedup.BANDS:
-            self._x(_INSERT_KEYS, [v for key in added for v in (key, candidate)])
-        elif added:
-            self._xmany("INSERT INTO near_dup_keys (key, candidate) VALUES (?, ?) "
-                        "ON CONFLICT DO NOTHING", [(key, candidate) for key in added])
+            self._x(_INSERT_KEYS, [v for key in added for v in (key, candidate, sketch)])
+        else:
+            self._xmany("INSERT INTO near_dup_recent (key, candidate, sketch) VALUES (?, ?, ?) "
+                        "ON CONFLICT DO NOTHING", [(key, candidate, sketch) for key in added])
+        recent[0] += len(added)
+        # merged when they are RECENT and a 1 / RECENT_SHARE of the index: a merge writes about
+        # every page of the index, so a key costs as many page writes whatever the index's size
+        if recent[0] >= dedup.RECENT and recent[0] * dedup.RECENT_SHARE >= self._indexed_keys[0]:
+            self._merge_recent_keys()
+            self._indexed_keys[0] += recent[0]
+            recent[0] = 0
+
+    def _merge_recent_keys(self) -> None:
+        """Move near_dup_recent's keys into near_dup_keys, in key order: each page of the large
+        B-tree that receives keys is written once for all of them, not once per key."""
+        self._x("INSERT INTO near_dup_keys (key, candidate, sketch) SELECT key, candidate, sketch "
+                "FROM near_dup_recent WHERE 1 = 1 ORDER BY key ON CONFLICT DO NOTHING")
+        self._x("DELETE FROM near_dup_recent")
 
     def find_similar(
         self, signature: bytes, url: str, min_similarity: float
     ) -> tuple[str, float] | None:
         keys = dedup.band_keys(signature)
         members: dict[int, int] = {}
-        scores: dict[int, float] = {}
-        for key, other, stored in self._x(_SHARING_A_KEY, keys).fetchall():
+        sketches: dict[int, Any] = {}
+        for key, other, sketch in self._x(_SHARING_A_KEY, [k for k in keys for k in (k, k)]):
             members[key] = members.get(key, 0) + 1
-            if other in scores or stored is None:
-                continue
+            sketches[other] = sketch
+        crowded = self._crowded
+        if len(crowded) >= 64:
+            del crowded[next(iter(crowded))]
+        crowded[signature] = frozenset(k for k, n in members.items() if n >= dedup.MEMBERS)
+        # a page whose sketch differs in too many values cannot be similar enough: only the
+        # others' signatures are read (a row written before sketches has none: read)
+        near = dedup.sketch_filter(signature, min_similarity)
+        others = [other for other, sketch in sketches.items() if near(sketch)]
+        if not others:
+            return None
+        marks = ", ".join("?" * len(others))
+        scores: dict[int, float] = {}
+        for other, stored in self._x(
+            f"SELECT candidate, signature FROM near_dup WHERE candidate IN ({marks})", others
+        ).fetchall():
             try:
                 scores[other] = dedup.similarity(signature, _signature(stored))
             except ValueError:  # damaged: this page's own is replaced when it is recorded
@@ -567,10 +613,6 @@ class SqlRecords(SqlReads):
                 if row is None or row[0] != url:
                     name = str(row[0]) if row is not None else f"candidate {other}"
                     self._cell("near_dup", "signature", name, _signature, stored)
-        crowded = self._crowded
-        if len(crowded) >= 64:
-            del crowded[next(iter(crowded))]
-        crowded[signature] = frozenset(k for k, n in members.items() if n >= dedup.MEMBERS)
         # the most similar OK page other than this one (a recrawled page finds its own keys)
         for other, score in sorted(scores.items(), key=lambda item: -item[1]):
             if score < min_similarity:
