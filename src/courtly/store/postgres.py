@@ -479,7 +479,8 @@ class PostgresBatches(PostgresSql):
 
     def _merge_recent_keys(self) -> None:
         """SqlStore's, in one statement: an INSERT … SELECT then a DELETE would drop the keys
-        another worker commits between the two."""
+        another worker commits between the two. In a write batch it is sent at once, before the
+        batch's own keys (they wait for the next merge)."""
         self._px("WITH moved AS (DELETE FROM near_dup_recent RETURNING key, candidate, sketch) "
                  "INSERT INTO near_dup_keys (key, candidate, sketch) SELECT key, candidate, "
                  "sketch FROM moved ORDER BY key ON CONFLICT DO NOTHING")
