@@ -3,7 +3,8 @@
 lexbor's tree builder is quadratic in the nesting depth (32,000 nested `<div>` take seconds):
 a page that may nest that deep is flattened first. `deeper_than` tells, in NumPy, whether a page
 may; `flatten`, a regular expression with a callback per tag, does it. Imported by `parse` only
-for pages with more than parse.PARSE_AS_IS tags, so the crawl process does not load NumPy.
+for pages of more than parse.COUNT_IN_NUMPY bytes (`tags` counts their "<"), so the crawl
+process does not load NumPy for a usual page.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ _OPENS = _byte_table([*range(97, 123), *range(128, 256)])  # a letter or any non
 _FLAT_KEYS = np.array(sorted(int.from_bytes(n.encode().ljust(8, b"\0"), "little") for n in _FLAT),
                       dtype=np.uint64)
 _KEEP = np.array([(1 << 8 * n) - 1 for n in range(9)], dtype=np.uint64)  # a name's n bytes
+
+
+def tags(html: bytes) -> int:
+    """How many "<" the page has: bytes.count's result, 8 times faster on a large page."""
+    return int(np.count_nonzero(np.frombuffer(html, dtype=np.uint8) == 60))
 
 
 def flattened(html: bytes) -> bytes:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import codecs
 import functools
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 
 from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser
 
@@ -21,10 +21,13 @@ _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
 #: `[limits] max_parse_size`
 MAX_PARSE_BYTES: int = Limits.model_fields["max_parse_size"].default
 _MAX_ANCHOR = 1000  # characters of anchor text kept per link
-#: pages with at most this many "<" (an ordinary page of up to ~200 KB) are parsed as they are,
-#: with no guard to pay: lexbor parses the worst nesting that many tags allow (`<div>`, `<ul><li>`,
-#: `<dl><dt>`, `<blockquote>`) in about 40 ms, the time of a 2 MB page (beyond, it is quadratic)
-PARSE_AS_IS = 6000
+#: pages with at most this many "<" (an ordinary page of up to ~350 KB) are parsed as they are,
+#: with no guard to pay: lexbor parses the worst markup that many tags allow (nested `<div>`,
+#: `<ul><li>`, `<dl><dt>`, `<blockquote>`) in about 115 ms, what a real page of max_parse_size
+#: (4 MB, 150,000 tags) costs (bench/RESULTS.md); beyond, nesting is quadratic
+PARSE_AS_IS = 12000
+#: a page of more bytes has its "<" counted with NumPy (nesting.tags), 8 times faster
+COUNT_IN_NUMPY = 64 * 1024
 
 
 #: a raw link as written in the page (not yet resolved): href, anchor text, rel="nofollow"
@@ -107,11 +110,11 @@ def robots_directives(value: str, token: str) -> tuple[bool, bool]:
 
 
 @functools.cache
-def _flattened() -> Callable[[bytes], bytes]:
-    """nesting.flattened, imported on first use: the crawl process does not load NumPy."""
-    from courtly.nesting import flattened
+def _nesting() -> ModuleType:
+    """courtly.nesting, imported on first use: the crawl process does not load NumPy."""
+    from courtly import nesting
 
-    return flattened
+    return nesting
 
 
 def _first_href(tree: LexborHTMLParser, tag: str, rel: str | None = None) -> str | None:
@@ -143,8 +146,11 @@ def parse_html(
     """
     page = ParsedPage(truncated=len(body) > max_bytes)
     html = utf8(body[:max_bytes], content_type)
-    if html.count(b"<") > PARSE_AS_IS:  # enough tags to nest deeper than lexbor parses quickly
-        html = _flattened()(html)
+    # enough tags to nest deeper than lexbor parses quickly? (a large page's are counted with
+    # NumPy: bytes.count took 2 % of a 190 KB page's CPU)
+    tags = _nesting().tags(html) if len(html) > COUNT_IN_NUMPY else html.count(b"<")
+    if tags > PARSE_AS_IS:
+        html = _nesting().flattened(html)
     tree = LexborHTMLParser(html)
     links = page.links
     # tags() walks the tree in C; a CSS selector cost more than the parse (bench/RESULTS.md)
