@@ -77,6 +77,9 @@ def time_moved(seconds: float) -> dict[str, str]:
     return _faults(FAULT_TIME_OFFSET=str(seconds))
 
 
+#: what migration 11 added (the band keys' sketches and recent keys), dropped by the tests that
+#: make a database of an older schema
+UNDO_MIGRATION_11 = ("ALTER TABLE near_dup_keys DROP COLUMN sketch", "DROP TABLE near_dup_recent")
 #: every band key of the near-duplicate index, merged or still recent (a subquery)
 BAND_KEYS = ("(SELECT key, candidate FROM near_dup_keys UNION ALL "
              "SELECT key, candidate FROM near_dup_recent) AS k")
