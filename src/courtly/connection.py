@@ -171,7 +171,7 @@ class Connection(asyncio.Protocol):
         self._limit = limit
         self._truncate = truncate
         self._headers: dict[str, str] = {}
-        self._raw: list[bytes] = []  # the header lines as received, for `head`
+        self._raw: list[bytes] = []  # the header lines as received, in parts, for `head`
         self._reason = b""
         self._parts: list[bytes] = []
         self._decoder: Decoder | None = None
@@ -313,7 +313,7 @@ class Connection(asyncio.Protocol):
         if len(headers) >= self._max_count or len(name) + len(value) > self._max_line:
             raise FetchError(ExitCode.TOO_LARGE, f"response head over the limits "
                              f"({self._max_count} headers, {self._max_line} bytes a line)")
-        self._raw.append(b"%s: %s\r\n" % (name, value))
+        self._raw.extend((name, b": ", value, b"\r\n"))  # joined by head() (no % formatting)
         key = name.decode("latin-1").lower()
         text = value.decode("utf-8", "replace").strip()
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
