@@ -464,7 +464,9 @@ def test_the_minimum_rate_is_checked_a_window_after_a_late_first_byte() -> None:
     status, detail, took = asyncio.run(main())
     assert status == 200
     assert detail.startswith("too slow: ")
-    assert 1.3 <= took < 2.5  # the first byte at 0.8 s, the check a window (0.5 s) later
+    # the first byte at 0.8 s, the check a window (0.5 s) later (asyncio runs a timer up to its
+    # clock's resolution early: 1.2999999999992724 was seen)
+    assert 1.29 <= took < 2.5
 
 class _CountingResolver:
     """Every name is 127.0.0.1, after a moment; counts the names it was asked."""
