@@ -8,13 +8,16 @@ DUPLICATE_CONTENT, TOO_MANY_REDIRECTS, OK for a sitemap).
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
+
 from courtly import dedup, sitemaps
 from courtly.config import CrawlConfig
-from courtly.fetch import HttpResponse
+from courtly.fetch import FetchError, HttpResponse
 from courtly.links import Links, request_of
 from courtly.model import CrawlAction, ExitCode
-from courtly.outcome import Next, Reading, too_many_redirects
-from courtly.pageworker import PageSettings, PageWorker, compress
+from courtly.outcome import Next, Reading, is_page, too_many_redirects
+from courtly.pageworker import PageAnalysis, PageSettings, PageWorker, compress
 from courtly.robots import product_token
 from courtly.store.database import Database
 from courtly.strategy import CrawlingStrategy
@@ -43,8 +46,26 @@ class ContentReader:
         """Stop the page worker."""
         self.pages.close()
 
-    async def read(self, action: CrawlAction, reading: Reading, resp: HttpResponse) -> None:
-        """The response's metadata into the action, then what `reading.next` says."""
+    def analysis(self, url: str, resp: HttpResponse | FetchError
+                 ) -> asyncio.Task[PageAnalysis] | None:
+        """A page's analysis sent to the page worker now, as its answer arrives (it is pure: the
+        worker goes on with it while the origin's last page is recorded); None: not a page, or
+        pages are analysed inline. Given to `read`, or cancelled."""
+        if self.pages.workers <= 0 or isinstance(resp, FetchError) or not is_page(resp):
+            return None
+        task = asyncio.ensure_future(self._analyse(url, resp))
+        task.add_done_callback(_retrieved)
+        return task
+
+    def _analyse(self, url: str, resp: HttpResponse) -> Awaitable[PageAnalysis]:
+        return self.pages.analyse(  # the exchange is compressed there too (its CPU)
+            url, resp.body, resp.headers.get("content-type"),
+            resp.headers.get("x-robots-tag", ""), resp.request + resp.head)
+
+    async def read(self, action: CrawlAction, reading: Reading, resp: HttpResponse,
+                   analysis: Awaitable[PageAnalysis] | None = None) -> None:
+        """The response's metadata into the action, then what `reading.next` says (a page's
+        analysis, when started by `analysis`)."""
         headers = resp.headers
         action.http_status = resp.status
         action.content_type = headers.get("content-type")
@@ -54,7 +75,7 @@ class ContentReader:
         action.redirect_target = reading.redirect_target
         step = reading.next
         if step is Next.PAGE:
-            await self._page(action, resp)
+            await self._page(action, resp, analysis or self._analyse(action.candidate.url, resp))
         elif step is Next.REDIRECT:
             await self._redirect(action, reading)
         elif step is not Next.NOTHING:  # a file, maybe a sitemap
@@ -79,13 +100,11 @@ class ContentReader:
         else:
             self.links.target(action, reading.redirect_target)
 
-    async def _page(self, action: CrawlAction, resp: HttpResponse) -> None:
+    async def _page(self, action: CrawlAction, resp: HttpResponse,
+                    analysis: Awaitable[PageAnalysis]) -> None:
         """An HTML page: directives, canonical, duplicates, content and links."""
         url = action.candidate.url
-        page = await self.pages.analyse(  # the exchange is compressed there too (its CPU)
-            url, resp.body, action.content_type, resp.headers.get("x-robots-tag", ""),
-            resp.request + resp.head,
-        )
+        page = await analysis
         if page.canonical:
             action.exit_code = ExitCode.NOT_CANONICAL
             action.canonical = page.canonical
@@ -142,3 +161,9 @@ class ContentReader:
         kind = "sitemap index" if parsed.is_index else "sitemap"
         action.detail = f"{kind}: {len(parsed.locs)} URLs" + (" (truncated)" * parsed.truncated)
         self.links.sitemap(action, parsed.locs, parsed.is_index)
+
+
+def _retrieved(task: asyncio.Task[PageAnalysis]) -> None:
+    """An analysis no one read (its turn was cancelled) raises nothing later."""
+    if not task.cancelled():
+        task.exception()

@@ -22,6 +22,7 @@ from courtly.fetch import Fetcher, FetchError, HttpResponse, LocalError
 from courtly.gate import Gate
 from courtly.links import Links, request_of
 from courtly.model import COMPLETED, Candidate, CrawlAction, ExitCode
+from courtly.pageworker import PageAnalysis
 from courtly.robots_cache import RobotsCache
 from courtly.scheduler import (
     Ending,
@@ -249,6 +250,8 @@ class Crawler:
         except FetchError as exc:
             result = exc
         answered = time.monotonic()
+        # a page goes to the page worker now, while the origin's last one is recorded
+        page = self.content.analysis(candidate.url, result) if self._read_beside else None
         await self.turns.settled(crawler)  # the origin's last action first: its decisions hold
         started += time.monotonic() - answered  # (that wait is not this action's)
         reading: outcome.Reading | None = None
@@ -259,7 +262,7 @@ class Crawler:
         # the delay runs from the server's answer: our own work on the page is not the site's
         delay = delay_for(crawler, self.config.politeness)
         crawler.next_request_at = max(crawler.next_request_at, answered + delay)
-        end = self._end(crawler, action, result, reading, started)
+        end = self._end(crawler, action, result, reading, started, page)
         if reading is None or reading.next is outcome.Next.NOTHING or not self._read_beside:
             await end  # an error's settlement (patience, backoff) holds for the next request
         else:  # the page is parsed and recorded while the origin's next request goes
@@ -283,15 +286,18 @@ class Crawler:
         return reading
 
     async def _end(self, crawler: OriginCrawler, action: CrawlAction, result: outcome.Answer,
-                   reading: outcome.Reading | None, started: float) -> None:
+                   reading: outcome.Reading | None, started: float,
+                   page: asyncio.Task[PageAnalysis] | None) -> None:
         """The body read (content.py; the page worker parses a page), the action recorded."""
         if reading is not None and not isinstance(result, FetchError):
             try:
-                await self.content.read(action, reading, result)
+                await self.content.read(action, reading, result, page)
             except StoreError:
                 raise  # the database failed: the crawl stops (_stop_for)
             except Exception as exc:  # a bug must not stop the origin: the URL gets an exit code
                 action = internal_error(action, exc)
+        if page is not None:
+            page.cancel()  # unread (an internal error): its answer is dropped
         action.elapsed = time.monotonic() - started
         await self._record(crawler, action)
         if self.strategy.finished():

@@ -184,12 +184,17 @@ def read(
         return Reading(ExitCode.PROTOCOL_ERROR, detail=f"unexpected status {status}")
     if status >= 400:
         return _CLIENT_ERROR
-    content_type = result.headers.get("content-type")
-    if (content_type or "text/html").lower().startswith(_HTML_TYPES):
+    if is_page(result):
         return _PAGE
-    if sitemaps.looks_like_sitemap(url, content_type, result.body):
+    if sitemaps.looks_like_sitemap(url, result.headers.get("content-type"), result.body):
         return _SITEMAP
     return _FILE
+
+
+def is_page(resp: HttpResponse) -> bool:
+    """A 2xx HTML answer: `read` says Next.PAGE of it, whatever the origin's state."""
+    content_type = resp.headers.get("content-type") or "text/html"
+    return 200 <= resp.status < 300 and content_type.lower().startswith(_HTML_TYPES)
 
 
 def too_many_redirects(limit: int) -> Reading:
