@@ -6,7 +6,7 @@ import asyncio
 import random
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -23,7 +23,7 @@ from courtly.robots import (
     valid_product_token,
 )
 from courtly.robots_cache import INLINE_MATCH, INLINE_PARSE, RobotsCache
-from tests.robots_files import hostile_robots, hundred_rules
+from tests.robots_files import cpu_seconds, hostile_robots, hundred_rules, path_of_parts
 
 UA = "courtly/0.1 (+http://example.org/bot)"
 BODY = b"User-agent: *\nDisallow: /private\n\nUser-agent: courtly\nDisallow: /mine\n"
@@ -395,16 +395,6 @@ def test_speed_with_100_rules() -> None:
     assert per_call < 100e-6  # about 2-5 µs measured; generous for loaded CI machines
 
 
-def cpu_seconds(work: Callable[[], object], times: int) -> float:
-    """The least CPU time `work` took in `times` runs (steadier than wall time on a busy box)."""
-    best = float("inf")
-    for _ in range(times):
-        start = time.process_time()
-        work()
-        best = min(best, time.process_time() - start)
-    return best
-
-
 def test_a_hostile_robots_txt_is_parsed_and_matched_in_bounded_time() -> None:
     """Issue 26's bounds: at most 50 ms to parse, 1 ms a match, on the event loop. Measured
     on the shared 2-core machine under a load of 3-7 (CPU time): 29-35 ms to parse, 0.25-0.6 ms
@@ -440,17 +430,8 @@ def test_wildcard_rules_cost_a_match_bounded_by_their_parts() -> None:
     times = [cpu_seconds(lambda: few.allowed("/" + "".join(rnd.choices("abcdef", k=2000))), 1)
              for _ in range(20)]
     usual = RobotsRules.parse(hundred_rules(), UA)
-    parts = sorted({part for line in hundred_rules().decode().splitlines()[1:]
-                    for part in line.split(": ")[1].rstrip("$").split("*") if part})
-
-    def made_of_parts() -> str:
-        path = "/"
-        while len(path) < 2000:
-            part = rnd.choice(parts)
-            path += part[: rnd.randint(1, len(part))]
-        return path
-
-    times += [cpu_seconds(lambda: usual.allowed(made_of_parts()), 1) for _ in range(20)]
+    paths = [path_of_parts(rnd, hundred_rules()) for _ in range(20)]
+    times += [cpu_seconds(lambda path=path: usual.allowed(path), 1) for path in paths]
     times.sort()  # each timed once (a second match of a path would find RE2's DFA built)
     assert times[-2] < 0.001 and times[-1] < 0.005, times  # one may meet a garbage collection
 
