@@ -50,6 +50,38 @@ def test_a_crowded_band_key_holds_and_compares_at_most_members(db: Path) -> None
     store.close()
 
 
+def test_recent_keys_are_found_after_a_restart_and_a_bucket_holds_without_a_lookup(
+    db: Path,
+) -> None:
+    """A store reopened on recent keys finds them (its filter of the recent table starts at the
+    next merge), and a page recorded without a lookup still takes no place in a full bucket."""
+    rng = random.Random(11)
+    shared = rng.randbytes(2 * dedup.ROWS)
+    store = open_store(str(db))
+    n = dedup.MEMBERS + 4
+    store.add_links([Link(f"http://a/{i}", "http://a", 0) for i in range(n)])
+    signatures = {}
+    for i, cand in enumerate(store.take_todo("http://a", 1, n, 0.0)):
+        sig = signatures[cand.url] = templated(rng, shared)
+        if i % 2:  # every other page recorded without asking first
+            assert store.find_similar(sig, cand.url, 0.8) is None
+        action = CrawlAction(cand, "http://a", ExitCode.OK, 0.0)
+        action.near_signature = sig
+        store.record(action, 1)
+    store.flush()
+    key = dedup.band_keys(templated(rng, shared))[0]
+    assert rows(db, f"SELECT COUNT(*) AS n FROM {BAND_KEYS} WHERE key = ?", key)[0]["n"] == (
+        dedup.MEMBERS)
+    store.close()
+    again = open_store(str(db))
+    for url in ("http://a/0", f"http://a/{n - 1}"):
+        copy = bytearray(signatures[url])
+        copy[-2:] = b"\xff\xff"
+        found = again.find_similar(bytes(copy), "http://a/new", 0.8)
+        assert found is not None and found[0] == url
+    again.close()
+
+
 def test_pages_not_ok_are_not_indexed(db: Path) -> None:
     """A near-duplicate keeps its signature (a recrawl replaces it) but takes no bucket place."""
     rng = random.Random(6)

@@ -58,6 +58,8 @@ MEMBERS = 8
 #: are at least RECENT and a 1 / RECENT_SHARE of it
 RECENT = 16384
 RECENT_SHARE = 8
+#: the single writer's filter of the keys in the recent table (1 MiB; a key's bit: its low bits)
+RECENT_BITS = 1 << 23
 SHINGLE = 3
 
 #: only the first TEXT_LIMIT bytes of a page's text are fingerprinted

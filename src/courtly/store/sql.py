@@ -29,12 +29,26 @@ from courtly.store.seen import SeenCache
 #: the pages that share a band key, at most dedup.MEMBERS a key (the first indexed: a bucket's
 #: representatives), with their sketches: one index probe per key and table (the large one, and
 #: the recent keys not yet merged into it). Bounded whatever the crawl's size: templated pages
-#: share keys by chance
+#: share keys by chance. For a database many workers write (their inserts may race past
+#: MEMBERS)
 _SHARING_A_KEY = " UNION ALL ".join(
     f"SELECT * FROM (SELECT key, candidate, sketch FROM near_dup_keys WHERE key = ? "
     f"UNION ALL SELECT key, candidate, sketch FROM near_dup_recent WHERE key = ? "
     f"LIMIT {dedup.MEMBERS}) AS band{i}" for i in range(dedup.BANDS)
 )
+
+
+@functools.cache
+def _sharing_a_key_alone(recent: int) -> str:
+    """_SHARING_A_KEY for a database only this store writes, whose buckets it keeps at MEMBERS:
+    plain probes (a LIMIT's subquery costs 1 us each), the recent table only for the first
+    `recent` keys (those its recent-keys filter may hold). 28 against 56 us a page in a crawl."""
+    keys = ["SELECT key, candidate, sketch FROM near_dup_keys WHERE key = ?"] * dedup.BANDS
+    return " UNION ALL ".join(
+        keys + ["SELECT key, candidate, sketch FROM near_dup_recent WHERE key = ?"] * recent
+    )
+
+
 _INSERT_KEYS = (  # a page's band keys in one statement
     "INSERT INTO near_dup_recent (key, candidate, sketch) VALUES "
     + ", ".join(["(?, ?, ?)"] * dedup.BANDS) + " ON CONFLICT DO NOTHING"
@@ -135,6 +149,14 @@ FRESH_TODO = ("SELECT id, url, depth, score, NULL, NULL, NULL, 0, NULL, NULL FRO
 def state_after(action: CrawlAction) -> LinkState:
     """The link state a completed crawl action leaves its candidate in."""
     return link_state(action.exit_code, action.retry)
+
+
+def _full(rows: list[tuple[int, int, Any]]) -> frozenset[int]:
+    """The band keys of these rows (key, candidate, sketch) whose buckets hold dedup.MEMBERS."""
+    members: dict[int, int] = {}
+    for key, _, _ in rows:
+        members[key] = members.get(key, 0) + 1
+    return frozenset(k for k, n in members.items() if n >= dedup.MEMBERS)
 
 
 def _signature(value: Any) -> bytes:
@@ -510,7 +532,8 @@ class SqlRecords(SqlReads):
 
     @functools.cached_property
     def _crowded(self) -> dict[bytes, frozenset[int]]:
-        """The band keys whose buckets find_similar saw full, by signature (the last few)."""
+        """The band keys whose buckets find_similar saw full, by signature (the last pages'
+        lookups, until they are recorded)."""
         return {}
 
     @functools.cached_property
@@ -519,10 +542,31 @@ class SqlRecords(SqlReads):
         return [int(self._x("SELECT COUNT(*) FROM near_dup_recent").fetchone()[0])]
 
     @functools.cached_property
+    def _recent_bits(self) -> bytearray | None:
+        """Which keys the recent table may hold, a bit each (key & the mask), for a database only
+        this store writes: a lookup probes the recent table for those keys alone. None: not
+        known (the table held keys when the store opened, or many workers write it)."""
+        return self._no_recent_bits() if self._recent_keys[0] == 0 else None
+
+    @functools.cached_property
     def _indexed_keys(self) -> list[int]:
         """How many keys near_dup_keys holds, as this store counts them (counted when first
         needed, at the first merge; a recrawl's removed keys stay counted)."""
         return [int(self._x("SELECT COUNT(*) FROM near_dup_keys").fetchone()[0])]
+
+    def _no_recent_bits(self) -> bytearray | None:
+        """The filter of an empty recent table (None if many workers write it)."""
+        return None if self.shared else bytearray(dedup.RECENT_BITS // 8)
+
+    def _sharing_a_key(self, keys: tuple[int, ...]) -> list[tuple[int, int, Any]]:
+        """The rows (key, candidate, sketch) of the pages that share a band key (at most
+        dedup.MEMBERS a key)."""
+        bits = self._recent_bits
+        if bits is None:
+            return list(self._x(_SHARING_A_KEY, [k for k in keys for k in (k, k)]))
+        mask = dedup.RECENT_BITS - 1
+        recent = [k for k in keys if bits[(k & mask) >> 3] >> (k & 7) & 1]
+        return list(self._x(_sharing_a_key_alone(len(recent)), [*keys, *recent]))
 
     def _save_signature(self, candidate: int, signature: bytes, crawled_before: bool,
                         indexed: bool) -> None:
@@ -556,11 +600,21 @@ class SqlRecords(SqlReads):
             "DO UPDATE SET signature = excluded.signature",
             (candidate, signature),
         )
-        crowded = self._crowded.pop(signature, frozenset())
-        added = [key for key in dedup.band_keys(signature) if key not in crowded] if indexed else []
+        if not indexed:
+            return
+        keys = dedup.band_keys(signature)
+        crowded = self._crowded.pop(signature, None)
+        if crowded is None:  # not looked up, or too long ago: the buckets are counted now
+            crowded = _full(self._sharing_a_key(keys))
+        added = [key for key in keys if key not in crowded]
         if not added:
             return
         recent = self._recent_keys  # counted before this page's keys are
+        bits = self._recent_bits
+        if bits is not None:
+            mask = dedup.RECENT_BITS - 1
+            for key in added:
+                bits[(key & mask) >> 3] |= 1 << (key & 7)
         sketch = dedup.sketch(signature)
         if len(added) == dedup.BANDS:
             self._x(_INSERT_KEYS, [v for key in added for v in (key, candidate, sketch)])
@@ -572,6 +626,7 @@ class SqlRecords(SqlReads):
         # every page of the index, so a key costs as many page writes whatever the index's size
         if recent[0] >= dedup.RECENT and recent[0] * dedup.RECENT_SHARE >= self._indexed_keys[0]:
             self._merge_recent_keys()
+            self._recent_bits = self._no_recent_bits()
             self._indexed_keys[0] += recent[0]
             recent[0] = 0
 
@@ -585,16 +640,12 @@ class SqlRecords(SqlReads):
     def find_similar(
         self, signature: bytes, url: str, min_similarity: float
     ) -> tuple[str, float] | None:
-        keys = dedup.band_keys(signature)
-        members: dict[int, int] = {}
-        sketches: dict[int, Any] = {}
-        for key, other, sketch in self._x(_SHARING_A_KEY, [k for k in keys for k in (k, k)]):
-            members[key] = members.get(key, 0) + 1
-            sketches[other] = sketch
+        found = self._sharing_a_key(dedup.band_keys(signature))
+        sketches = {other: sketch for _, other, sketch in found}
         crowded = self._crowded
-        if len(crowded) >= 64:
+        if len(crowded) >= 4096:  # pages looked up and not yet recorded: as many as in flight
             del crowded[next(iter(crowded))]
-        crowded[signature] = frozenset(k for k, n in members.items() if n >= dedup.MEMBERS)
+        crowded[signature] = _full(found)
         # a page whose sketch differs in too many values cannot be similar enough: only the
         # others' signatures are read (a row written before sketches has none: read)
         near = dedup.sketch_filter(signature, min_similarity)
