@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 
 from courtly import clock
 from courtly.cli import main
 from courtly.site import LocalSite, Page
+from courtly.store.postgres import conninfo_and_schema
 from tests.pgserver import PgUrl, crawl_schema, pg_rows, postgres_server, require
 
 ROBOTS_TEXT = {"Content-Type": "text/plain"}
@@ -77,12 +79,31 @@ def time_moved(seconds: float) -> dict[str, str]:
     return _faults(FAULT_TIME_OFFSET=str(seconds))
 
 
-#: what migration 11 added (the band keys' sketches and recent keys), dropped by the tests that
-#: make a database of an older schema
-UNDO_MIGRATION_11 = ("ALTER TABLE near_dup_keys DROP COLUMN sketch", "DROP TABLE near_dup_recent")
+#: what migrations 11 and 12 added (the band keys' sketches, recent keys, the filter), dropped by
+#: the tests that make a database of an older schema
+UNDO_MIGRATIONS_11_12 = ("ALTER TABLE near_dup_keys DROP COLUMN sketch",
+                         "DROP TABLE near_dup_recent", "DROP TABLE near_dup_filter")
 #: every band key of the near-duplicate index, merged or still recent (a subquery)
 BAND_KEYS = ("(SELECT key, candidate FROM near_dup_keys UNION ALL "
              "SELECT key, candidate FROM near_dup_recent) AS k")
+
+
+def execute(db: Path | str, *statements: str) -> None:
+    """Change the crawl database directly (SQLite file or postgresql:// URL)."""
+    if str(db).startswith("postgresql://"):
+        conninfo, schema = conninfo_and_schema(str(db))
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {schema}")
+            for statement in statements:
+                conn.execute(statement)
+        return
+    con = sqlite3.connect(db)
+    try:
+        with con:
+            for statement in statements:
+                con.execute(statement)
+    finally:
+        con.close()
 
 
 def rows(db: Path | str, sql: str, *params: Any) -> list[dict[str, Any]]:

@@ -6,14 +6,12 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import zstandard
 from warcio.archiveiterator import ArchiveIterator
 
 from courtly.site import Page, html
-from courtly.store.postgres import conninfo_and_schema
 from courtly.store.schema import MIGRATIONS
-from tests.conftest import UNDO_MIGRATION_11, courtly, rows
+from tests.conftest import UNDO_MIGRATIONS_11_12, courtly, execute, rows
 from tests.hostile_server import HostileServer, routes
 
 BACKENDS = ("sqlite", "postgres")  # the `db` tests run on both (tests/conftest.py)
@@ -33,24 +31,6 @@ def exchanges(db: Path | str) -> dict[str, tuple[bytes, bytes]]:
         request, _, head = data.partition(b"\r\n\r\n")
         out[row["url"]] = (request + b"\r\n\r\n", head)
     return out
-
-
-def execute(db: Path | str, *statements: str) -> None:
-    """Change the crawl database directly (SQLite file or postgresql:// URL)."""
-    if str(db).startswith("postgresql://"):
-        conninfo, schema = conninfo_and_schema(str(db))
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f"SET search_path TO {schema}")
-            for statement in statements:
-                conn.execute(statement)
-        return
-    import sqlite3
-
-    con = sqlite3.connect(db)
-    with con:
-        for statement in statements:
-            con.execute(statement)
-    con.close()
 
 
 def test_the_response_head_as_received_and_the_request_as_sent(db: Any) -> None:
@@ -76,7 +56,7 @@ def test_a_database_of_schema_8_opens_and_crawls(serve, db: Any, tmp_path: Path)
     assert courtly("crawl", site.url("one"), "--db", db, "--min-delay", "0").status == 0
     execute(db, "ALTER TABLE content DROP COLUMN exchange", "DROP TABLE revisits",
             "ALTER TABLE leases DROP COLUMN epoch",  # added by migration 10
-            *UNDO_MIGRATION_11,
+            *UNDO_MIGRATIONS_11_12,
             "UPDATE schema_version SET version = 8")  # as schema 8 left it
     out = tmp_path / "old.warc.gz"  # its pages have no exchange: resource records
     assert courtly("export", "--db", db, "--format", "warc", "--out", out).status == 0

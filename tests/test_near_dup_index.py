@@ -11,7 +11,7 @@ from courtly import dedup
 from courtly.model import Candidate, CrawlAction, ExitCode, Link
 from courtly.store import open_store
 from courtly.store.base import Write
-from tests.conftest import BAND_KEYS, rows
+from tests.conftest import BAND_KEYS, execute, rows
 
 BACKENDS = ("sqlite", "postgres")
 
@@ -80,6 +80,48 @@ def test_recent_keys_are_found_after_a_restart_and_a_bucket_holds_without_a_look
         found = again.find_similar(bytes(copy), "http://a/new", 0.8)
         assert found is not None and found[0] == url
     again.close()
+
+
+def test_the_index_filter_is_stored_with_each_merge_and_read_again(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crawl that writes the database alone probes the keys its filters may hold: the index's
+    filter is stored with each merge; a store reopened finds merged pages through the stored
+    filter, and through one read from the index when it is missing or damaged."""
+    monkeypatch.setattr(dedup, "RECENT", 40)
+    rng = random.Random(12)
+    store = open_store(str(db))
+    n = 12  # 96 keys: merged at 40 and 80
+    store.add_links([Link(f"http://a/{i}", "http://a", 0) for i in range(n)])
+    signatures = {}
+    for cand in store.take_todo("http://a", 1, n, 0.0):
+        sig = signatures[cand.url] = rng.randbytes(dedup.PACK.size)
+        assert store.find_similar(sig, cand.url, 0.8) is None
+        action = CrawlAction(cand, "http://a", ExitCode.OK, 0.0)
+        action.near_signature = sig
+        store.record(action, 1)
+    store.flush()
+    store.close()
+    stored = rows(db, "SELECT bits FROM near_dup_filter")
+    if not str(db).startswith("postgresql"):  # a fleet's workers probe every key: no filter
+        bits = dedup.KeyFilter.stored(stored[0]["bits"])
+        assert bits is not None and len(bits.holding(dedup.band_keys(signatures["http://a/0"]))
+                                        ) == dedup.BANDS
+
+    def found_again() -> None:
+        again = open_store(str(db))
+        for url in ("http://a/0", "http://a/9", f"http://a/{n - 1}"):  # merged, and recent
+            copy = bytearray(signatures[url])
+            copy[-2:] = b"\xff\xff"
+            found = again.find_similar(bytes(copy), "http://a/new", 0.8)
+            assert found is not None and found[0] == url
+        again.close()
+
+    found_again()
+    if not str(db).startswith("postgresql"):
+        for damage in ("UPDATE near_dup_filter SET bits = x'00'", "DELETE FROM near_dup_filter"):
+            execute(db, damage)
+            found_again()
 
 
 def test_pages_not_ok_are_not_indexed(db: Path) -> None:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import xxhash
 
@@ -58,8 +58,8 @@ MEMBERS = 8
 #: are at least RECENT and a 1 / RECENT_SHARE of it
 RECENT = 16384
 RECENT_SHARE = 8
-#: the single writer's filter of the keys in the recent table (1 MiB; a key's bit: its low bits)
-RECENT_BITS = 1 << 23
+#: a KeyFilter's bits (1 MiB)
+FILTER_BITS = 1 << 23
 SHINGLE = 3
 
 #: only the first TEXT_LIMIT bytes of a page's text are fingerprinted
@@ -134,3 +134,39 @@ def to_signed(value: int) -> int:
     """An unsigned 64-bit value as the signed BIGINT a database stores."""
     value &= (1 << 64) - 1
     return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class KeyFilter:
+    """Which band keys a table may hold: a bit each, the key's low bits (keys are hashes). A
+    clear bit: the key is not there; a set one: it may be (at 400,000 keys, 5 % of the others)."""
+
+    __slots__ = ("bits",)
+    _MASK = FILTER_BITS - 1
+
+    def __init__(self, bits: bytes | None = None) -> None:
+        self.bits = bytearray(bits if bits is not None else FILTER_BITS // 8)
+
+    @classmethod
+    def stored(cls, value: object) -> KeyFilter | None:
+        """A filter as a database stored it (None: not a filter's bits)."""
+        if not isinstance(value, bytes | bytearray | memoryview) or len(value) != FILTER_BITS // 8:
+            return None
+        return cls(bytes(value))
+
+    def add(self, keys: Iterable[int]) -> None:
+        """These keys are in the table now."""
+        bits, mask = self.bits, self._MASK
+        for key in keys:
+            bit = key & mask
+            bits[bit >> 3] |= 1 << (bit & 7)
+
+    def holding(self, keys: Iterable[int]) -> list[int]:
+        """The keys the table may hold."""
+        bits, mask = self.bits, self._MASK
+        return [k for k in keys if bits[(k & mask) >> 3] >> (k & 7) & 1]
+
+    def update(self, other: KeyFilter) -> None:
+        """The other filter's keys too."""
+        size = len(self.bits)
+        self.bits = bytearray((int.from_bytes(self.bits, "little")
+                               | int.from_bytes(other.bits, "little")).to_bytes(size, "little"))

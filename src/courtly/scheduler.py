@@ -207,6 +207,8 @@ class Turns:
         self._revoked: set[str] = set()  # origins whose turn was cancelled by `revoke`
         self._concurrency = concurrency
         self._beside: dict[str, asyncio.Task[None]] = {}  # origin → its last action's end
+        #: the running loop, kept by `run`: asking for it asks getpid() on 3.11
+        self._loop: asyncio.AbstractEventLoop
 
     @property
     def stopping(self) -> bool:
@@ -252,7 +254,7 @@ class Turns:
         if len(self._beside) >= self._concurrency:
             await end
             return
-        task = asyncio.get_running_loop().create_task(self._end(crawler, end))
+        task = self._loop.create_task(self._end(crawler, end))
         self._stats.in_flight += 1
         self._beside[crawler.origin] = task
         self._tasks.add(task)
@@ -264,7 +266,7 @@ class Turns:
         except Exception as exc:  # the crawl decides what stops; the origin is finished
             self._failed(crawler, exc)
         finally:  # now, not a loop iteration later: the origin's next end may begin at once
-            self._forget(crawler.origin, asyncio.current_task())
+            self._forget(crawler.origin, asyncio.current_task(self._loop))
 
     def _ended(self, origin: str, end: Coroutine[Any, Any, None], task: asyncio.Task[None]
                ) -> None:
@@ -304,7 +306,7 @@ class Turns:
                   ) -> None:
         """Run turns until stopped, or until the box is empty, no turn runs and not `more()`;
         `helpers` run beside them (one that raises is a turn that failed) until the end."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         beside = [loop.create_task(self._helper(job)) for job in helpers]
         thresholds = gc.get_threshold()
         gc.freeze()  # the origins' records, the modules: built once, never scanned again
@@ -368,7 +370,7 @@ class Turns:
 
     async def _run(self, crawler: OriginCrawler) -> None:
         # revocable once started: a task cancelled before its first step would run no cleanup
-        self._running[crawler.origin] = asyncio.current_task()  # type: ignore[assignment]
+        self._running[crawler.origin] = asyncio.current_task(self._loop)  # type: ignore[assignment]
         self._stats.in_flight += 1
         crawler.in_turn = True
         at = None

@@ -401,7 +401,7 @@ class PostgresBatches(PostgresSql):
         finally:
             self._in_tx, self._batch = False, None
         if failure is not None:
-            self.seen.clear()
+            self.rolled_back()
             if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
                 with suppress(psycopg.Error):
                     conn.execute("ROLLBACK")

@@ -198,4 +198,13 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (key, candidate)
         ) WITHOUT_ROWID""",
     ],
+    # 12: the bits of the keys merged into near_dup_keys (dedup.FILTER_BITS, a key's bit: its low
+    # bits), written with each merge: a crawl that is the database's only writer probes the index
+    # for the keys whose bit is set alone (most pages: none)
+    [
+        """CREATE TABLE near_dup_filter (
+            id INTEGER PRIMARY KEY,
+            bits BYTEA NOT NULL
+        )""",
+    ],
 ]

@@ -39,13 +39,13 @@ _SHARING_A_KEY = " UNION ALL ".join(
 
 
 @functools.cache
-def _sharing_a_key_alone(recent: int) -> str:
+def _sharing_a_key_alone(indexed: int, recent: int) -> str:
     """_SHARING_A_KEY for a database only this store writes, whose buckets it keeps at MEMBERS:
-    plain probes (a LIMIT's subquery costs 1 us each), the recent table only for the first
-    `recent` keys (those its recent-keys filter may hold). 28 against 56 us a page in a crawl."""
-    keys = ["SELECT key, candidate, sketch FROM near_dup_keys WHERE key = ?"] * dedup.BANDS
+    plain probes (a LIMIT's subquery costs 1 us each) of the keys each table's filter may hold,
+    the index's first, then the recent table's."""
     return " UNION ALL ".join(
-        keys + ["SELECT key, candidate, sketch FROM near_dup_recent WHERE key = ?"] * recent
+        ["SELECT key, candidate, sketch FROM near_dup_keys WHERE key = ?"] * indexed
+        + ["SELECT key, candidate, sketch FROM near_dup_recent WHERE key = ?"] * recent
     )
 
 
@@ -151,8 +151,13 @@ def state_after(action: CrawlAction) -> LinkState:
     return link_state(action.exit_code, action.retry)
 
 
+_NONE_FULL: frozenset[int] = frozenset()
+
+
 def _full(rows: list[tuple[int, int, Any]]) -> frozenset[int]:
     """The band keys of these rows (key, candidate, sketch) whose buckets hold dedup.MEMBERS."""
+    if len(rows) < dedup.MEMBERS:
+        return _NONE_FULL
     members: dict[int, int] = {}
     for key, _, _ in rows:
         members[key] = members.get(key, 0) + 1
@@ -210,13 +215,17 @@ class SqlBase:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[None]:
-        """One atomic write (`_tx`); a failed one, rolled back, also empties the seen cache."""
+        """One atomic write (`_tx`); a failed one is rolled back (`rolled_back`)."""
         try:
             with self._tx():
                 yield
         except BaseException:
-            self.seen.clear()
+            self.rolled_back()
             raise
+
+    def rolled_back(self) -> None:
+        """Writes were rolled back: what this store remembers of its own writes is forgotten."""
+        self.seen.clear()
 
     def _cell(self, table: str, column: str, row: str, convert: Convert, value: Any) -> Any:
         """A value as its column's type; a value that cannot be is a damaged database."""
@@ -541,12 +550,31 @@ class SqlRecords(SqlReads):
         """How many keys near_dup_recent holds, as this store counts them (a one-item list)."""
         return [int(self._x("SELECT COUNT(*) FROM near_dup_recent").fetchone()[0])]
 
+    def rolled_back(self) -> None:
+        """The near-duplicate index's counts and filters are read again, too."""
+        super().rolled_back()
+        for remembered in ("_recent_keys", "_indexed_keys", "_recent_filter", "_index_filter"):
+            self.__dict__.pop(remembered, None)
+
     @functools.cached_property
-    def _recent_bits(self) -> bytearray | None:
-        """Which keys the recent table may hold, a bit each (key & the mask), for a database only
-        this store writes: a lookup probes the recent table for those keys alone. None: not
+    def _recent_filter(self) -> dedup.KeyFilter | None:
+        """The keys near_dup_recent may hold, for a database only this store writes. None: not
         known (the table held keys when the store opened, or many workers write it)."""
-        return self._no_recent_bits() if self._recent_keys[0] == 0 else None
+        return None if self.shared or self._recent_keys[0] else dedup.KeyFilter()
+
+    @functools.cached_property
+    def _index_filter(self) -> dedup.KeyFilter | None:
+        """The keys near_dup_keys may hold, for a database only this store writes (None if many
+        workers do): as stored with the last merge, else (a database from before it, or
+        damaged) read from the index once."""
+        if self.shared:
+            return None
+        row = self._x("SELECT bits FROM near_dup_filter WHERE id = 1").fetchone()
+        found = None if row is None else dedup.KeyFilter.stored(row[0])
+        if found is None:
+            found = dedup.KeyFilter()
+            found.add(key for key, in self._x("SELECT key FROM near_dup_keys"))
+        return found
 
     @functools.cached_property
     def _indexed_keys(self) -> list[int]:
@@ -554,19 +582,18 @@ class SqlRecords(SqlReads):
         needed, at the first merge; a recrawl's removed keys stay counted)."""
         return [int(self._x("SELECT COUNT(*) FROM near_dup_keys").fetchone()[0])]
 
-    def _no_recent_bits(self) -> bytearray | None:
-        """The filter of an empty recent table (None if many workers write it)."""
-        return None if self.shared else bytearray(dedup.RECENT_BITS // 8)
-
     def _sharing_a_key(self, keys: tuple[int, ...]) -> list[tuple[int, int, Any]]:
         """The rows (key, candidate, sketch) of the pages that share a band key (at most
-        dedup.MEMBERS a key)."""
-        bits = self._recent_bits
-        if bits is None:
+        dedup.MEMBERS a key): on a database only this store writes, probes of the keys its
+        filters may hold alone (most pages' keys: none)."""
+        indexed, recent = self._index_filter, self._recent_filter
+        if indexed is None:
             return list(self._x(_SHARING_A_KEY, [k for k in keys for k in (k, k)]))
-        mask = dedup.RECENT_BITS - 1
-        recent = [k for k in keys if bits[(k & mask) >> 3] >> (k & 7) & 1]
-        return list(self._x(_sharing_a_key_alone(len(recent)), [*keys, *recent]))
+        probed = indexed.holding(keys)
+        newer = keys if recent is None else recent.holding(keys)
+        if not probed and not newer:
+            return []
+        return list(self._x(_sharing_a_key_alone(len(probed), len(newer)), [*probed, *newer]))
 
     def _save_signature(self, candidate: int, signature: bytes, crawled_before: bool,
                         indexed: bool) -> None:
@@ -610,11 +637,8 @@ class SqlRecords(SqlReads):
         if not added:
             return
         recent = self._recent_keys  # counted before this page's keys are
-        bits = self._recent_bits
-        if bits is not None:
-            mask = dedup.RECENT_BITS - 1
-            for key in added:
-                bits[(key & mask) >> 3] |= 1 << (key & 7)
+        if (newer := self._recent_filter) is not None:
+            newer.add(added)
         sketch = dedup.sketch(signature)
         if len(added) == dedup.BANDS:
             self._x(_INSERT_KEYS, [v for key in added for v in (key, candidate, sketch)])
@@ -626,13 +650,23 @@ class SqlRecords(SqlReads):
         # every page of the index, so a key costs as many page writes whatever the index's size
         if recent[0] >= dedup.RECENT and recent[0] * dedup.RECENT_SHARE >= self._indexed_keys[0]:
             self._merge_recent_keys()
-            self._recent_bits = self._no_recent_bits()
             self._indexed_keys[0] += recent[0]
             recent[0] = 0
 
     def _merge_recent_keys(self) -> None:
         """Move near_dup_recent's keys into near_dup_keys, in key order: each page of the large
-        B-tree that receives keys is written once for all of them, not once per key."""
+        B-tree that receives keys is written once for all of them, not once per key. The
+        index's filter gains them, stored with them."""
+        indexed = self._index_filter
+        if indexed is not None:
+            newer = self._recent_filter
+            if newer is None:
+                newer = dedup.KeyFilter()
+                newer.add(key for key, in self._x("SELECT key FROM near_dup_recent"))
+            indexed.update(newer)
+            self._x("INSERT INTO near_dup_filter (id, bits) VALUES (1, ?) ON CONFLICT (id) "
+                    "DO UPDATE SET bits = excluded.bits", (bytes(indexed.bits),))
+            self._recent_filter = dedup.KeyFilter()
         self._x("INSERT INTO near_dup_keys (key, candidate, sketch) SELECT key, candidate, sketch "
                 "FROM near_dup_recent WHERE 1 = 1 ORDER BY key ON CONFLICT DO NOTHING")
         self._x("DELETE FROM near_dup_recent")
@@ -641,11 +675,13 @@ class SqlRecords(SqlReads):
         self, signature: bytes, url: str, min_similarity: float
     ) -> tuple[str, float] | None:
         found = self._sharing_a_key(dedup.band_keys(signature))
-        sketches = {other: sketch for _, other, sketch in found}
         crowded = self._crowded
         if len(crowded) >= 4096:  # pages looked up and not yet recorded: as many as in flight
             del crowded[next(iter(crowded))]
         crowded[signature] = _full(found)
+        if not found:
+            return None
+        sketches = {other: sketch for _, other, sketch in found}
         # a page whose sketch differs in too many values cannot be similar enough: only the
         # others' signatures are read (a row written before sketches has none: read)
         near = dedup.sketch_filter(signature, min_similarity)

@@ -88,7 +88,7 @@ class SqliteStore(SqlStore):
             except sqlite3.DatabaseError as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
-                self.seen.clear()
+                self.rolled_back()
                 raise StoreError(_explain(exc, self.path)) from None
 
     def _ddl(self, statement: str) -> str:
@@ -144,7 +144,7 @@ class _Transaction:
             except sqlite3.DatabaseError as err:  # COMMIT failed (flush rolls back itself)
                 exc = err
         store._batch_since = None
-        store.seen.clear()  # the rolled-back group may hold other writes the cache remembers
+        store.rolled_back()  # the group may hold other writes the store remembers
         if self._db.in_transaction:  # else SQLite rolled it back already (disk full, …)
             self._db.execute("ROLLBACK")
         if isinstance(exc, sqlite3.DatabaseError):
