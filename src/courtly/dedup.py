@@ -24,9 +24,11 @@ cannot be similar enough, and only the others' signatures are read (a templated 
 random read into the signatures, the growing cost of a lookup when they were read for every
 page of the buckets). New keys go to a small table merged in key order into the index when
 they are a RECENT_SHARE-th of it (random inserts into the large B-tree wrote one of its pages
-per key at each commit). 8 of the 32 bands are indexed (16 cost twice the writes for one miss
-in 200 copies with 2 % of their words changed). bench/dedup_bench.py --index 20000 200000
-measures the cost a page at both sizes (bench/RESULTS.md).
+per key at each commit). A crawl that writes the database alone keeps a KeyFilter of each
+table's keys and probes only the keys they may hold (most pages: none). 8 of the 32 bands are
+indexed (16 cost twice the writes for one miss in 200 copies with 2 % of their words changed).
+bench/dedup_bench.py --index 20000 200000 measures the cost a page at both sizes
+(bench/RESULTS.md).
 
 Why MinHash rather than simhash: bench/dedup_bench.py. On real text with known edits, a 64-bit
 simhash within Hamming distance 3 found 26–79 % of the copies with 0.5 % of their words changed
