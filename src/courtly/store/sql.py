@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from courtly import clock, dedup
+from courtly import clock
 from courtly.model import (
     Candidate,
     CrawlAction,
@@ -23,36 +23,10 @@ from courtly.model import (
     link_state,
 )
 from courtly.store.base import StoreError
+from courtly.store.near_dup import NearDupIndex
 from courtly.store.schema import MIGRATIONS
 from courtly.store.seen import SeenCache
 
-#: the pages that share a band key, at most dedup.MEMBERS a key (the first indexed: a bucket's
-#: representatives), with their sketches: one index probe per key and table (the large one, and
-#: the recent keys not yet merged into it). Bounded whatever the crawl's size: templated pages
-#: share keys by chance. For a database many workers write (their inserts may race past
-#: MEMBERS)
-_SHARING_A_KEY = " UNION ALL ".join(
-    f"SELECT * FROM (SELECT key, candidate, sketch FROM near_dup_keys WHERE key = ? "
-    f"UNION ALL SELECT key, candidate, sketch FROM near_dup_recent WHERE key = ? "
-    f"LIMIT {dedup.MEMBERS}) AS band{i}" for i in range(dedup.BANDS)
-)
-
-
-@functools.cache
-def _sharing_a_key_alone(indexed: int, recent: int) -> str:
-    """_SHARING_A_KEY for a database only this store writes, whose buckets it keeps at MEMBERS:
-    plain probes (a LIMIT's subquery costs 1 us each) of the keys each table's filter may hold,
-    the index's first, then the recent table's."""
-    return " UNION ALL ".join(
-        ["SELECT key, candidate, sketch FROM near_dup_keys WHERE key = ?"] * indexed
-        + ["SELECT key, candidate, sketch FROM near_dup_recent WHERE key = ?"] * recent
-    )
-
-
-_INSERT_KEYS = (  # a page's band keys in one statement
-    "INSERT INTO near_dup_recent (key, candidate, sketch) VALUES "
-    + ", ".join(["(?, ?, ?)"] * dedup.BANDS) + " ON CONFLICT DO NOTHING"
-)
 #: the revisits whose original is still the kept page they revisited
 _REVISITS = (
     "SELECT r.url, r.fetched, r.exchange, r.refers_to, r.refers_to_date, c.body "
@@ -149,29 +123,6 @@ FRESH_TODO = ("SELECT id, url, depth, score, NULL, NULL, NULL, 0, NULL, NULL FRO
 def state_after(action: CrawlAction) -> LinkState:
     """The link state a completed crawl action leaves its candidate in."""
     return link_state(action.exit_code, action.retry)
-
-
-_NONE_FULL: frozenset[int] = frozenset()
-
-
-def _full(rows: list[tuple[int, int, Any]]) -> frozenset[int]:
-    """The band keys of these rows (key, candidate, sketch) whose buckets hold dedup.MEMBERS."""
-    if len(rows) < dedup.MEMBERS:
-        return _NONE_FULL
-    members: dict[int, int] = {}
-    for key, _, _ in rows:
-        members[key] = members.get(key, 0) + 1
-    return frozenset(k for k, n in members.items() if n >= dedup.MEMBERS)
-
-
-def _signature(value: Any) -> bytes:
-    """A stored MinHash signature: bytes of the signature's size (ValueError otherwise)."""
-    if not isinstance(value, bytes | bytearray | memoryview):
-        raise ValueError("not a blob")
-    data = bytes(value)
-    if len(data) != dedup.PACK.size:
-        raise ValueError("not a signature's size")
-    return data
 
 
 class SqlBase:
@@ -409,7 +360,7 @@ class SqlReads(SqlBase):
         return record
 
 
-class SqlRecords(SqlReads):
+class SqlRecords(NearDupIndex, SqlReads):
     """The crawl's frontier and its records in portable SQL: todo lists, crawl actions with their
     content and revisits, pages' near-duplicate keys and the search among them, the origins'
     state."""
@@ -539,176 +490,10 @@ class SqlRecords(SqlReads):
             (action.candidate.url, action.started, action.exchange, original, original),
         )
 
-    @functools.cached_property
-    def _crowded(self) -> dict[bytes, frozenset[int]]:
-        """The band keys whose buckets find_similar saw full, by signature (the last pages'
-        lookups, until they are recorded)."""
-        return {}
-
-    @functools.cached_property
-    def _recent_keys(self) -> list[int]:
-        """How many keys near_dup_recent holds, as this store counts them (a one-item list)."""
-        return [int(self._x("SELECT COUNT(*) FROM near_dup_recent").fetchone()[0])]
-
     def rolled_back(self) -> None:
         """The near-duplicate index's counts and filters are read again, too."""
         super().rolled_back()
-        for remembered in ("_recent_keys", "_indexed_keys", "_recent_filter", "_index_filter"):
-            self.__dict__.pop(remembered, None)
-
-    @functools.cached_property
-    def _recent_filter(self) -> dedup.KeyFilter | None:
-        """The keys near_dup_recent may hold, for a database only this store writes. None: not
-        known (the table held keys when the store opened, or many workers write it)."""
-        return None if self.shared or self._recent_keys[0] else dedup.KeyFilter()
-
-    @functools.cached_property
-    def _index_filter(self) -> dedup.KeyFilter | None:
-        """The keys near_dup_keys may hold, for a database only this store writes (None if many
-        workers do): as stored with the last merge, else (a database from before it, or
-        damaged) read from the index once."""
-        if self.shared:
-            return None
-        row = self._x("SELECT bits FROM near_dup_filter WHERE id = 1").fetchone()
-        found = None if row is None else dedup.KeyFilter.stored(row[0])
-        if found is None:
-            found = dedup.KeyFilter()
-            found.add(key for key, in self._x("SELECT key FROM near_dup_keys"))
-        return found
-
-    @functools.cached_property
-    def _indexed_keys(self) -> list[int]:
-        """How many keys near_dup_keys holds, as this store counts them (counted when first
-        needed, at the first merge; a recrawl's removed keys stay counted)."""
-        return [int(self._x("SELECT COUNT(*) FROM near_dup_keys").fetchone()[0])]
-
-    def _sharing_a_key(self, keys: tuple[int, ...]) -> list[tuple[int, int, Any]]:
-        """The rows (key, candidate, sketch) of the pages that share a band key (at most
-        dedup.MEMBERS a key): on a database only this store writes, probes of the keys its
-        filters may hold alone (most pages' keys: none)."""
-        indexed, recent = self._index_filter, self._recent_filter
-        if indexed is None:
-            return list(self._x(_SHARING_A_KEY, [k for k in keys for k in (k, k)]))
-        probed = indexed.holding(keys)
-        newer = keys if recent is None else recent.holding(keys)
-        if not probed and not newer:
-            return []
-        return list(self._x(_sharing_a_key_alone(len(probed), len(newer)), [*probed, *newer]))
-
-    def _save_signature(self, candidate: int, signature: bytes, crawled_before: bool,
-                        indexed: bool) -> None:
-        """Store a page's MinHash signature and, if `indexed` (an OK page), its band keys with
-        its sketch (in the caller's transaction); a key whose bucket already holds dedup.MEMBERS
-        pages is not added (a lookup compares no more).
-
-        The keys go to near_dup_recent, a small table whose pages stay in the cache, moved into
-        near_dup_keys in key order every dedup.RECENT keys (_merge_recent_keys).
-
-        A page crawled before may have a signature: its keys are replaced. A first crawl has none
-        to read (a second worker crawling it after a lost lease only leaves unused keys).
-        """
-        old = None
-        if crawled_before:
-            old = self._x(
-                "SELECT signature FROM near_dup WHERE candidate = ?", (candidate,)
-            ).fetchone()
-        if old is not None:
-            try:
-                keys = dedup.band_keys(_signature(old[0]))
-            except ValueError:  # damaged: its keys are found by candidate instead
-                for table in ("near_dup_keys", "near_dup_recent"):
-                    self._x(f"DELETE FROM {table} WHERE candidate = ?", (candidate,))
-            else:
-                for table in ("near_dup_keys", "near_dup_recent"):
-                    self._xmany(f"DELETE FROM {table} WHERE key = ? AND candidate = ?",
-                                [(key, candidate) for key in keys])
-        self._x(
-            "INSERT INTO near_dup (candidate, signature) VALUES (?, ?) ON CONFLICT (candidate) "
-            "DO UPDATE SET signature = excluded.signature",
-            (candidate, signature),
-        )
-        if not indexed:
-            return
-        keys = dedup.band_keys(signature)
-        crowded = self._crowded.pop(signature, None)
-        if crowded is None:  # not looked up, or too long ago: the buckets are counted now
-            crowded = _full(self._sharing_a_key(keys))
-        added = [key for key in keys if key not in crowded]
-        if not added:
-            return
-        recent = self._recent_keys  # counted before this page's keys are
-        if (newer := self._recent_filter) is not None:
-            newer.add(added)
-        sketch = dedup.sketch(signature)
-        if len(added) == dedup.BANDS:
-            self._x(_INSERT_KEYS, [v for key in added for v in (key, candidate, sketch)])
-        else:
-            self._xmany("INSERT INTO near_dup_recent (key, candidate, sketch) VALUES (?, ?, ?) "
-                        "ON CONFLICT DO NOTHING", [(key, candidate, sketch) for key in added])
-        recent[0] += len(added)
-        # merged when they are RECENT and a 1 / RECENT_SHARE of the index: a merge writes about
-        # every page of the index, so a key costs as many page writes whatever the index's size
-        if recent[0] >= dedup.RECENT and recent[0] * dedup.RECENT_SHARE >= self._indexed_keys[0]:
-            self._merge_recent_keys()
-            self._indexed_keys[0] += recent[0]
-            recent[0] = 0
-
-    def _merge_recent_keys(self) -> None:
-        """Move near_dup_recent's keys into near_dup_keys, in key order: each page of the large
-        B-tree that receives keys is written once for all of them, not once per key. The
-        index's filter gains them, stored with them."""
-        indexed = self._index_filter
-        if indexed is not None:
-            newer = self._recent_filter
-            if newer is None:
-                newer = dedup.KeyFilter()
-                newer.add(key for key, in self._x("SELECT key FROM near_dup_recent"))
-            indexed.update(newer)
-            self._x("INSERT INTO near_dup_filter (id, bits) VALUES (1, ?) ON CONFLICT (id) "
-                    "DO UPDATE SET bits = excluded.bits", (bytes(indexed.bits),))
-            self._recent_filter = dedup.KeyFilter()
-        self._x("INSERT INTO near_dup_keys (key, candidate, sketch) SELECT key, candidate, sketch "
-                "FROM near_dup_recent WHERE 1 = 1 ORDER BY key ON CONFLICT DO NOTHING")
-        self._x("DELETE FROM near_dup_recent")
-
-    def find_similar(
-        self, signature: bytes, url: str, min_similarity: float
-    ) -> tuple[str, float] | None:
-        found = self._sharing_a_key(dedup.band_keys(signature))
-        crowded = self._crowded
-        if len(crowded) >= 4096:  # pages looked up and not yet recorded: as many as in flight
-            del crowded[next(iter(crowded))]
-        crowded[signature] = _full(found)
-        if not found:
-            return None
-        sketches = {other: sketch for _, other, sketch in found}
-        # a page whose sketch differs in too many values cannot be similar enough: only the
-        # others' signatures are read (a row written before sketches has none: read)
-        near = dedup.sketch_filter(signature, min_similarity)
-        others = [other for other, sketch in sketches.items() if near(sketch)]
-        if not others:
-            return None
-        marks = ", ".join("?" * len(others))
-        scores: dict[int, float] = {}
-        for other, stored in self._x(
-            f"SELECT candidate, signature FROM near_dup WHERE candidate IN ({marks})", others
-        ).fetchall():
-            try:
-                scores[other] = dedup.similarity(signature, _signature(stored))
-            except ValueError:  # damaged: this page's own is replaced when it is recorded
-                row = self._x("SELECT url FROM candidates WHERE id = ?", (other,)).fetchone()
-                if row is None or row[0] != url:
-                    name = str(row[0]) if row is not None else f"candidate {other}"
-                    self._cell("near_dup", "signature", name, _signature, stored)
-        # the most similar OK page other than this one (a recrawled page finds its own keys)
-        for other, score in sorted(scores.items(), key=lambda item: -item[1]):
-            if score < min_similarity:
-                break
-            row = self._x("SELECT url, exit_code FROM candidates WHERE id = ?", (other,)).fetchone()
-            if row is not None and row[0] != url and row[1] == "OK":
-                return str(row[0]), score
-        return None
-
+        self._forget_index()
 
     # -- per-origin state ----------------------------------------------------------------
     def load_origin(self, origin: str) -> OriginState:
