@@ -159,10 +159,10 @@ class NearDupIndex:
             "DO UPDATE SET signature = excluded.signature",
             (candidate, signature),
         )
+        crowded = self._crowded.pop(signature, None)
         if not indexed:
             return
         keys = dedup.band_keys(signature)
-        crowded = self._crowded.pop(signature, None)
         if crowded is None:  # not looked up, or too long ago: the buckets are counted now
             crowded = _full(self._sharing_a_key(keys))
         added = [key for key in keys if key not in crowded]
