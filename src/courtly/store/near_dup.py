@@ -32,10 +32,7 @@ def _sharing_a_key_alone(indexed: int, recent: int) -> str:
     )
 
 
-_INSERT_KEYS = (  # a page's band keys in one statement
-    "INSERT INTO near_dup_recent (key, candidate, sketch) VALUES "
-    + ", ".join(["(?, ?, ?)"] * dedup.BANDS) + " ON CONFLICT DO NOTHING"
-)
+_KEY_ROWS = "near_dup_recent (key, candidate, sketch) VALUES "  # the INSERT's table and rows
 #: no bucket full (most pages)
 _NONE_FULL: frozenset[int] = frozenset()
 
@@ -66,11 +63,17 @@ class NearDupIndex:
 
     if TYPE_CHECKING:  # the store's (store/sql.py)
         shared: bool
+        insert_ignoring: str
 
         def _x(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
         def _xmany(self, sql: str, rows: list[tuple[Any, ...]]) -> int: ...
         def _cell(self, table: str, column: str, row: str, convert: Callable[[Any], Any],
                   value: Any) -> Any: ...
+
+    @functools.cached_property
+    def _insert_keys(self) -> str:
+        """A page's band keys in one statement."""
+        return self.insert_ignoring.format(_KEY_ROWS + ", ".join(["(?, ?, ?)"] * dedup.BANDS))
 
     @functools.cached_property
     def _crowded(self) -> dict[bytes, frozenset[int]]:
@@ -173,10 +176,10 @@ class NearDupIndex:
             newer.add(added)
         sketch = dedup.sketch(signature)
         if len(added) == dedup.BANDS:
-            self._x(_INSERT_KEYS, [v for key in added for v in (key, candidate, sketch)])
+            self._x(self._insert_keys, [v for key in added for v in (key, candidate, sketch)])
         else:
-            self._xmany("INSERT INTO near_dup_recent (key, candidate, sketch) VALUES (?, ?, ?) "
-                        "ON CONFLICT DO NOTHING", [(key, candidate, sketch) for key in added])
+            self._xmany(self.insert_ignoring.format(_KEY_ROWS + "(?, ?, ?)"),
+                        [(key, candidate, sketch) for key in added])
         recent[0] += len(added)
         # merged when they are RECENT and a 1 / RECENT_SHARE of the index: a merge writes about
         # every page of the index, so a key costs as many page writes whatever the index's size
@@ -199,11 +202,9 @@ class NearDupIndex:
             self._x("INSERT INTO near_dup_filter (id, bits) VALUES (1, ?) ON CONFLICT (id) "
                     "DO UPDATE SET bits = excluded.bits", (bytes(indexed.bits),))
             self._recent_filter = dedup.KeyFilter()
-        # SQLite's OR IGNORE (PostgreSQL's store merges its own way): ON CONFLICT DO NOTHING kept
-        # the old copy of every index page the merge wrote in memory (its statement journal),
-        # 70 MB at 1.2 million keys: the broad crawl's peak RSS
-        self._x("INSERT OR IGNORE INTO near_dup_keys (key, candidate, sketch) "
-                "SELECT key, candidate, sketch FROM near_dup_recent ORDER BY key")
+        self._x(self.insert_ignoring.format(
+            "near_dup_keys (key, candidate, sketch) SELECT key, candidate, sketch "
+            "FROM near_dup_recent WHERE 1 = 1 ORDER BY key"))
         self._x("DELETE FROM near_dup_recent")
 
     def find_similar(

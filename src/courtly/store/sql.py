@@ -137,6 +137,8 @@ class SqlBase:
     path: str
     commit_interval = 0.0
     shared = False  # many workers share the database: a crawl joins the fleet
+    #: an INSERT of rows that skips those already there ({}: its table, columns and rows)
+    insert_ignoring = "INSERT INTO {} ON CONFLICT DO NOTHING"
     worker: str | None = None  # distributed mode: this worker's id, logged with each action
 
     def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
