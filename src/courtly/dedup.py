@@ -161,7 +161,7 @@ class KeyFilter:
     def holding(self, keys: Iterable[int]) -> list[int]:
         """The keys the table may hold."""
         bits, mask = self.bits, self._MASK
-        return [k for k in keys if bits[(k & mask) >> 3] >> (k & 7) & 1]
+        return [k for k in keys if bits[(bit := k & mask) >> 3] >> (bit & 7) & 1]
 
     def update(self, other: KeyFilter) -> None:
         """The other filter's keys too."""
