@@ -8,7 +8,6 @@ DUPLICATE_CONTENT, TOO_MANY_REDIRECTS, OK for a sitemap).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 
 from courtly import dedup, sitemaps
@@ -17,7 +16,7 @@ from courtly.fetch import FetchError, HttpResponse
 from courtly.links import Links, request_of
 from courtly.model import CrawlAction, ExitCode
 from courtly.outcome import Next, Reading, is_page, too_many_redirects
-from courtly.pageworker import PageAnalysis, PageSettings, PageWorker, compress
+from courtly.pageworker import PageAnalysis, PageSettings, PageWorker, SentPage, compress
 from courtly.robots import product_token
 from courtly.store.database import Database
 from courtly.strategy import CrawlingStrategy
@@ -46,16 +45,14 @@ class ContentReader:
         """Stop the page worker."""
         self.pages.close()
 
-    def analysis(self, url: str, resp: HttpResponse | FetchError
-                 ) -> asyncio.Task[PageAnalysis] | None:
-        """A page's analysis sent to the page worker now, as its answer arrives (it is pure: the
+    def analysis(self, url: str, resp: HttpResponse | FetchError) -> SentPage | None:
+        """A page sent to the page worker now, as its answer arrives (its analysis is pure: the
         worker goes on with it while the origin's last page is recorded); None: not a page, or
-        pages are analysed inline. Given to `read`, or cancelled."""
+        no worker runs. Given to `read`, or cancelled."""
         if self.pages.workers <= 0 or isinstance(resp, FetchError) or not is_page(resp):
             return None
-        task = asyncio.ensure_future(self._analyse(url, resp))
-        task.add_done_callback(_retrieved)
-        return task
+        return self.pages.send(url, resp.body, resp.headers.get("content-type"),
+                               resp.headers.get("x-robots-tag", ""), resp.request + resp.head)
 
     def _analyse(self, url: str, resp: HttpResponse) -> Awaitable[PageAnalysis]:
         return self.pages.analyse(  # the exchange is compressed there too (its CPU)
@@ -63,9 +60,9 @@ class ContentReader:
             resp.headers.get("x-robots-tag", ""), resp.request + resp.head)
 
     async def read(self, action: CrawlAction, reading: Reading, resp: HttpResponse,
-                   analysis: Awaitable[PageAnalysis] | None = None) -> None:
+                   sent: SentPage | None = None) -> None:
         """The response's metadata into the action, then what `reading.next` says (a page's
-        analysis, when started by `analysis`)."""
+        analysis, when sent by `analysis`)."""
         headers = resp.headers
         action.http_status = resp.status
         action.content_type = headers.get("content-type")
@@ -75,7 +72,9 @@ class ContentReader:
         action.redirect_target = reading.redirect_target
         step = reading.next
         if step is Next.PAGE:
-            await self._page(action, resp, analysis or self._analyse(action.candidate.url, resp))
+            analysis = (self.pages.result(sent) if sent is not None
+                        else self._analyse(action.candidate.url, resp))
+            await self._page(action, resp, analysis)
         elif step is Next.REDIRECT:
             await self._redirect(action, reading)
         elif step is not Next.NOTHING:  # a file, maybe a sitemap
@@ -161,9 +160,3 @@ class ContentReader:
         kind = "sitemap index" if parsed.is_index else "sitemap"
         action.detail = f"{kind}: {len(parsed.locs)} URLs" + (" (truncated)" * parsed.truncated)
         self.links.sitemap(action, parsed.locs, parsed.is_index)
-
-
-def _retrieved(task: asyncio.Task[PageAnalysis]) -> None:
-    """An analysis no one read (its turn was cancelled) raises nothing later."""
-    if not task.cancelled():
-        task.exception()

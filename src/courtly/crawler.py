@@ -22,7 +22,7 @@ from courtly.fetch import Fetcher, FetchError, HttpResponse, LocalError
 from courtly.gate import Gate
 from courtly.links import Links, request_of
 from courtly.model import COMPLETED, Candidate, CrawlAction, ExitCode
-from courtly.pageworker import PageAnalysis
+from courtly.pageworker import SentPage
 from courtly.robots_cache import RobotsCache
 from courtly.scheduler import (
     Ending,
@@ -287,7 +287,7 @@ class Crawler:
 
     async def _end(self, crawler: OriginCrawler, action: CrawlAction, result: outcome.Answer,
                    reading: outcome.Reading | None, started: float,
-                   page: asyncio.Task[PageAnalysis] | None) -> None:
+                   page: SentPage | None) -> None:
         """The body read (content.py; the page worker parses a page), the action recorded."""
         if reading is not None and not isinstance(result, FetchError):
             try:

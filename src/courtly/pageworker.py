@@ -260,6 +260,29 @@ class _WorkerChannel(asyncio.Protocol):
                 future.set_result(b"")
 
 
+#: what the worker is sent: analyse_page's arguments after its settings
+_Request = tuple[str, bytes, str | None, str, bytes]
+
+
+def _request(settings: PageSettings, url: str, body: bytes, content_type: str | None,
+             x_robots_tag: str, exchange: bytes) -> _Request:
+    """A page as the worker is sent it (parse_html reads no further than max_parse_size)."""
+    return (url, body[: settings.max_parse_size + 1], content_type, x_robots_tag, exchange)
+
+
+@dataclass(slots=True)
+class SentPage:
+    """A page the worker is analysing (PageWorker.send): its answer, read by PageWorker.result."""
+
+    conn: _WorkerChannel
+    request: _Request
+    answer: asyncio.Future[bytes]
+
+    def cancel(self) -> None:
+        """Its answer is not wanted (it is dropped when it comes)."""
+        self.answer.cancel()
+
+
 class PageWorker:
     """Runs analyse_page in a worker process (workers = 1) or inline (workers = 0)."""
 
@@ -275,17 +298,42 @@ class PageWorker:
         exchange: bytes = b"",
     ) -> PageAnalysis:
         """The analysis of one page; a dead worker is replaced, its pages analysed inline."""
-        body = body[: self.settings.max_parse_size + 1]  # parse_html reads no further
+        request = _request(self.settings, url, body, content_type, x_robots_tag, exchange)
+        data = b""
         if self.workers > 0:
-            try:
-                data = await self._ask((url, body, content_type, x_robots_tag, exchange))
-            except OSError:  # the worker is gone (the next page starts a new one)
-                data = b""
-            if data:  # empty: the worker failed on this page or died before answering
-                return PageAnalysis(*pickle.loads(data))
-        return analyse_page(self.settings, url, body, content_type, x_robots_tag, exchange)
+            with contextlib.suppress(OSError):  # the worker is gone (the next page starts one)
+                data = await self._ask(request)
+        return self._answer(request, data)
 
-    async def _ask(self, request: tuple[str, bytes, str | None, str, bytes]) -> bytes:
+    def send(self, url: str, body: bytes, content_type: str | None, x_robots_tag: str,
+             exchange: bytes = b"") -> SentPage | None:
+        """A page sent to the running worker now, its analysis read later by `result` (no task
+        between: one a page cost 15,000 instructions); None: no worker runs yet (`analyse`)."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            return None
+        request = _request(self.settings, url, body, content_type, x_robots_tag, exchange)
+        answer = conn.send(request)
+        assert answer is not None
+        return SentPage(conn, request, answer)
+
+    async def result(self, page: SentPage) -> PageAnalysis:
+        """The analysis of a page `send` sent."""
+        try:
+            await page.conn.drain()
+            data = await page.answer
+        except OSError:
+            data = b""
+        return self._answer(page.request, data)
+
+    def _answer(self, request: _Request, data: bytes) -> PageAnalysis:
+        """The worker's answer; empty: it failed on this page or died before answering, and
+        the page is analysed inline."""
+        if data:
+            return PageAnalysis(*pickle.loads(data))
+        return analyse_page(self.settings, *request)
+
+    async def _ask(self, request: _Request) -> bytes:
         conn = self._conn
         if conn is None:
             async with self._starting:
