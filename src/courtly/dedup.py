@@ -162,9 +162,3 @@ class KeyFilter:
         """The keys the table may hold."""
         bits, mask = self.bits, self._MASK
         return [k for k in keys if bits[(bit := k & mask) >> 3] >> (bit & 7) & 1]
-
-    def update(self, other: KeyFilter) -> None:
-        """The other filter's keys too."""
-        size = len(self.bits)
-        self.bits = bytearray((int.from_bytes(self.bits, "little")
-                               | int.from_bytes(other.bits, "little")).to_bytes(size, "little"))

@@ -101,7 +101,8 @@ class NearDupIndex:
     def _index_filter(self) -> dedup.KeyFilter | None:
         """The keys near_dup_keys may hold, for a database only this store writes (None if many
         workers do): as stored with the last merge, else (a database from before it, or
-        damaged) read from the index once."""
+        damaged) read from the index once. A key is added when it goes to the recent table (a
+        lookup may probe the index for it in vain until its merge)."""
         if self.shared:
             return None
         row = self._x("SELECT bits FROM near_dup_filter WHERE id = 1").fetchone()
@@ -174,6 +175,8 @@ class NearDupIndex:
         recent = self._recent_keys  # counted before this page's keys are
         if (newer := self._recent_filter) is not None:
             newer.add(added)
+        if (merged := self._index_filter) is not None:
+            merged.add(added)  # before their merge: no filters to join then (1 MiB integers)
         sketch = dedup.sketch(signature)
         if len(added) == dedup.BANDS:
             self._x(self._insert_keys, [v for key in added for v in (key, candidate, sketch)])
@@ -194,11 +197,8 @@ class NearDupIndex:
         index's filter gains them, stored with them."""
         indexed = self._index_filter
         if indexed is not None:
-            newer = self._recent_filter
-            if newer is None:
-                newer = dedup.KeyFilter()
-                newer.add(key for key, in self._x("SELECT key FROM near_dup_recent"))
-            indexed.update(newer)
+            if self._recent_filter is None:  # keys from before this store opened: not in it
+                indexed.add(key for key, in self._x("SELECT key FROM near_dup_recent"))
             self._x("INSERT INTO near_dup_filter (id, bits) VALUES (1, ?) ON CONFLICT (id) "
                     "DO UPDATE SET bits = excluded.bits", (bytes(indexed.bits),))
             self._recent_filter = dedup.KeyFilter()
