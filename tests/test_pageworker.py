@@ -14,7 +14,14 @@ from pathlib import Path
 import zstandard
 
 from courtly.config import Dedup, Normalize
-from courtly.pageworker import PageAnalysis, PageSettings, PageWorker, analyse_page
+from courtly.pageworker import (
+    STORED_EXCHANGE,
+    PageAnalysis,
+    PageSettings,
+    PageWorker,
+    analyse_page,
+    compress_exchange,
+)
 from courtly.parse import parse_html
 from courtly.site import Page, html
 from tests.conftest import candidates, courtly, rows
@@ -61,6 +68,18 @@ def test_analyse_page_resolves_filters_and_fingerprints() -> None:
     assert base.links == [("http://127.0.0.1:8000/elsewhere/c.html", "c.html")]
     rel = analyse_page(settings(near=False), URL, PAGES[6].encode(), None, "")
     assert rel.links == [("http://127.0.0.1:8000/k", "kept")] and rel.near_signature is None
+
+
+def test_an_exchange_is_one_zstd_frame_compressed_only_when_large() -> None:
+    unpack = zstandard.ZstdDecompressor()
+    for size in (0, 1, 255, 256, STORED_EXCHANGE, STORED_EXCHANGE + 1, 70_000):
+        exchange = (b"GET / HTTP/1.1\r\nHost: example.org\r\n\r\nHTTP/1.1 200 OK\r\n" * size)[:size]
+        frame = compress_exchange(exchange)
+        assert unpack.decompress(frame) == exchange  # what warc.Archive reads
+        assert zstandard.frame_content_size(frame) == size
+        assert (len(frame) < size) == (size > STORED_EXCHANGE)  # the small ones as they are
+    page = analyse_page(settings(), URL, PAGES[0].encode(), "text/html", "", b"GET /\r\n\r\n")
+    assert page.exchange is not None and unpack.decompress(page.exchange) == b"GET /\r\n\r\n"
 
 
 def test_parse_reads_links_in_document_order_and_the_first_title() -> None:

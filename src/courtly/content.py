@@ -16,7 +16,7 @@ from courtly.fetch import FetchError, HttpResponse
 from courtly.links import Links, request_of
 from courtly.model import CrawlAction, ExitCode
 from courtly.outcome import Next, Reading, is_page, too_many_redirects
-from courtly.pageworker import PageAnalysis, PageSettings, PageWorker, SentPage, compress
+from courtly.pageworker import PageAnalysis, PageSettings, PageWorker, SentPage, compress_exchange
 from courtly.robots import product_token
 from courtly.store.database import Database
 from courtly.strategy import CrawlingStrategy
@@ -86,7 +86,7 @@ class ContentReader:
         kept = action.content or action.revisit_of
         if self.config.store_content and kept and action.exchange is None:
             # for WARC records (warc.py); a page's came compressed from the page worker
-            action.exchange = compress(resp.request + resp.head)
+            action.exchange = compress_exchange(resp.request + resp.head)
 
     async def _redirect(self, action: CrawlAction, reading: Reading) -> None:
         """The target becomes a link, unless the chain of redirects is already too long."""
