@@ -94,7 +94,7 @@ class PageAnalysis:
     near_signature: bytes | None = None
     #: the body compressed for the content table (settings.compress), unless noindex
     content: bytes | None = None
-    #: the HTTP exchange (request and response head) compressed with it, for WARC records
+    #: the HTTP exchange (request and response head) with it, for WARC records (compress_exchange)
     exchange: bytes | None = None
 
 

@@ -202,7 +202,9 @@ def main_text(tree: LexborHTMLParser) -> str:
     the body without its navigation, header, footer, asides, forms, scripts and styles (the
     tree loses them: call this last). No query first for whether the page marks anything at
     all: it cost more than it saved (main_text took 35,000 instructions more a page on the
-    benchmark's pages, which mark nothing, and 63,000 more on real ones).
+    benchmark's pages, which mark nothing, and 63,000 more on real ones). Nor a search of the
+    raw bytes: a missed `b"<nav" in html` costs 12,000-16,000 instructions on a 5 KB page, a
+    tags() walk 4,800 (the role=main query 40,000, the chrome's nine walks 42,000).
     """
     body, root = tree.body, tree.root
     if body is None or root is None:
