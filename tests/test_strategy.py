@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from courtly.model import LinkState
+from courtly.model import CrawlAction, ExitCode, Link, LinkState
 from courtly.site import Page, html
 from courtly.store.sqlite import SqliteStore
 from courtly.strategy import (
@@ -275,11 +275,18 @@ def test_refresh_states_and_domain_metadata_in_memory() -> None:
 def test_frontier_queries_use_indexes_not_scans(tmp_path: Path) -> None:
     """Every query that picks work reads an index: no scan of the candidates table."""
     store = SqliteStore(str(tmp_path / "plan.db"))
+    signature = bytes(range(256))
+    store.add_links([Link("http://a/x", "http://a", 0)])
+    crawled = store.take_todo("http://a", 1, 1, 0.0)[0]
+    assert store.find_similar(signature, crawled.url, 0.8) is None  # the filters read, once
+    action = CrawlAction(crawled, "http://a", ExitCode.OK, 0.0)
+    action.near_signature = signature
+    store.record(action, 1)  # its band keys: the filters hold them, the lookup below probes
     statements: list[str] = []
     store._db.set_trace_callback(statements.append)
     store.take_todo("http://a", 1, 10, 1e12)
     store.states(["http://a/x", "http://a/y"])
-    store.find_similar(bytes(256), "http://a/x", 0.8)
+    assert store.find_similar(signature, "http://a/y", 0.8) == ("http://a/x", 1.0)
     store.find_hash("abc", "http://a/x")
     selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
     assert len(selects) >= 6

@@ -86,6 +86,17 @@ class NearDupIndex:
         """How many keys near_dup_recent holds, as this store counts them (a one-item list)."""
         return [int(self._x("SELECT COUNT(*) FROM near_dup_recent").fetchone()[0])]
 
+    def _looked_up(self, signature: bytes, full: frozenset[int]) -> None:
+        """A page's lookup saw these band keys' buckets full (remembered until it is recorded)."""
+        crowded = self._crowded
+        if len(crowded) >= 4096:  # pages looked up and not yet recorded: as many as in flight
+            del crowded[next(iter(crowded))]
+        crowded[signature] = full
+
+    def _no_key_shared(self, signature: bytes) -> None:
+        """A page's lookup found none of its band keys (no bucket of its is full)."""
+        self._looked_up(signature, _NONE_FULL)
+
     def _forget_index(self) -> None:
         """Writes were rolled back: the counts and filters are read again."""
         for remembered in ("_recent_keys", "_indexed_keys", "_recent_filter", "_index_filter"):
@@ -211,10 +222,7 @@ class NearDupIndex:
         self, signature: bytes, url: str, min_similarity: float
     ) -> tuple[str, float] | None:
         found = self._sharing_a_key(dedup.band_keys(signature))
-        crowded = self._crowded
-        if len(crowded) >= 4096:  # pages looked up and not yet recorded: as many as in flight
-            del crowded[next(iter(crowded))]
-        crowded[signature] = _full(found)
+        self._looked_up(signature, _full(found))
         if not found:
             return None
         sketches = {other: sketch for _, other, sketch in found}

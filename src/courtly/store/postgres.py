@@ -466,8 +466,11 @@ class PostgresBatches(PostgresSql):
         rows = self._px(" UNION ALL ".join(parts), params).fetchall() if parts else []
         original = next((str(r[1]) for r in rows if r[0] == "h"), None)
         similar = None
-        if original is None and signature is not None and any(r[0] == "k" for r in rows):
-            similar = self.find_similar(signature, url, min_similarity)
+        if original is None and signature is not None:
+            if any(r[0] == "k" for r in rows):
+                similar = self.find_similar(signature, url, min_similarity)
+            else:  # recorded without counting its buckets again
+                self._no_key_shared(signature)
         if links is None:
             return original, similar, None
         if unknown:
