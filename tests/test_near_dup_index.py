@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import xxhash
@@ -12,7 +13,9 @@ from courtly import dedup
 from courtly.model import Candidate, CrawlAction, ExitCode, Link
 from courtly.store import open_store
 from courtly.store.base import Write
+from courtly.store.postgres import PostgresStore
 from tests.conftest import BAND_KEYS, execute, rows
+from tests.pgserver import PgUrl
 
 BACKENDS = ("sqlite", "postgres")
 
@@ -123,6 +126,35 @@ def test_the_index_filter_is_stored_with_each_merge_and_read_again(
         for damage in ("UPDATE near_dup_filter SET bits = x'00'", "DELETE FROM near_dup_filter"):
             execute(db, damage)
             found_again()
+
+
+@pytest.mark.postgres
+def test_a_fleets_page_sharing_no_key_is_recorded_without_a_query(
+    pg_url: PgUrl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL a page whose look-up found none of its band keys is recorded without
+    counting its buckets again (that query in the write batch made a worker fetch a page twice
+    at a connection cut)."""
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    store.add_links([Link("http://a/1", "http://a", 0)])
+    cand = store.take_todo("http://a", 1, 1, 0.0)[0]
+    signature = random.Random(14).randbytes(dedup.PACK.size)
+    assert store.page_lookups(None, signature, cand.url, 0.8, None, 0.0) == (None, None, None)
+    action = CrawlAction(cand, "http://a", ExitCode.OK, 0.0)
+    action.near_signature = signature
+    queries: list[str] = []
+    execute_one = store._x
+
+    def traced(sql: str, params: Any = ()) -> Any:
+        queries.append(sql)
+        return execute_one(sql, params)
+
+    monkeypatch.setattr(store, "_x", traced)
+    assert store.write_batch([Write(action=action, run=1)]) == []
+    assert not [q for q in queries if "candidate, sketch FROM near_dup" in q], queries
+    assert rows(pg_url, f"SELECT COUNT(*) AS n FROM {BAND_KEYS}")[0]["n"] == dedup.BANDS
+    store.close()
 
 
 def test_pages_not_ok_are_not_indexed(db: Path) -> None:
