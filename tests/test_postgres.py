@@ -128,6 +128,36 @@ def test_the_near_duplicate_probe_reads_the_index_before_any_statistics(pg_url: 
     assert "Seq Scan on near_dup_recent" not in shown and "near_dup_recent_pkey" in shown, shown
 
 
+def test_a_batch_that_raises_leaves_no_transaction_open(pg_url: PgUrl,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write batch stopped by an exception that is not the database's (a bug) rolls back:
+    no transaction stays open holding its rows' locks, and the next batch is written."""
+    origin = "http://a.example"
+    store = PostgresStore(pg_url)
+    conninfo, schema = conninfo_and_schema(pg_url)
+    try:
+        store.add_origins([origin])
+        write_rows = store._write_rows
+
+        def failing(w: Write) -> None:
+            write_rows(w)
+            raise RuntimeError("a bug while writing")
+
+        monkeypatch.setattr(store, "_write_rows", failing)
+        with pytest.raises(RuntimeError):
+            store.write_batch([Write(links=[Link(f"{origin}/a", origin, 1, 0.5)])])
+        assert store._live().info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        monkeypatch.undo()
+        with psycopg.connect(conninfo) as other:  # nothing of it is locked (ended at exit)
+            other.execute(f"SET search_path TO {schema}")
+            other.execute("SET lock_timeout = '2s'")
+            other.execute("LOCK TABLE candidates IN EXCLUSIVE MODE")
+        assert store.write_batch([Write(links=[Link(f"{origin}/b", origin, 1, 0.5)])]) == []
+        assert {r["url"] for r in rows(pg_url, "SELECT url FROM candidates")} == {f"{origin}/b"}
+    finally:
+        store.close()
+
+
 def test_two_batches_upsert_shared_links_in_one_order(pg_url: PgUrl,
                                                      caplog: pytest.LogCaptureFixture) -> None:
     """Two workers' batches that link to the same URLs lock them in the same order (the URLs'),

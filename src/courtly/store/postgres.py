@@ -398,13 +398,13 @@ class PostgresBatches(PostgresSql):
                     failure = exc
         except psycopg.Error as exc:
             failure = failure or exc
+        except BaseException:  # not the database's (a bug, a cancellation): its locks go too
+            self._roll_back(conn)
+            raise
         finally:
             self._in_tx, self._batch = False, None
         if failure is not None:
-            self.rolled_back()
-            if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
-                with suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
+            self._roll_back(conn)
             if failure.sqlstate == LEASE_LOST:
                 raise LeaseLost(one_line(failure))
             if failure.sqlstate in _CONFLICTS:
@@ -416,6 +416,13 @@ class PostgresBatches(PostgresSql):
         for w in writes:
             if w.action is not None:
                 self.seen.put(w.action.candidate.url, state_after(w.action))
+
+    def _roll_back(self, conn: psycopg.Connection[Any]) -> None:
+        """A batch failed: nothing of it stays, not even its open transaction's locks."""
+        self.rolled_back()
+        if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+            with suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
 
     def _write_rows(self, w: Write) -> None:
         if w.action is not None:
