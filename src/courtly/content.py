@@ -51,13 +51,10 @@ class ContentReader:
         no worker runs. Given to `read`, or cancelled."""
         if self.pages.workers <= 0 or isinstance(resp, FetchError) or not is_page(resp):
             return None
-        return self.pages.send(url, resp.body, resp.headers.get("content-type"),
-                               resp.headers.get("x-robots-tag", ""), resp.request + resp.head)
+        return self.pages.send(*_worker_args(url, resp))
 
     def _analyse(self, url: str, resp: HttpResponse) -> Awaitable[PageAnalysis]:
-        return self.pages.analyse(  # the exchange is compressed there too (its CPU)
-            url, resp.body, resp.headers.get("content-type"),
-            resp.headers.get("x-robots-tag", ""), resp.request + resp.head)
+        return self.pages.analyse(*_worker_args(url, resp))
 
     async def read(self, action: CrawlAction, reading: Reading, resp: HttpResponse,
                    sent: SentPage | None = None) -> None:
@@ -160,3 +157,10 @@ class ContentReader:
         kind = "sitemap index" if parsed.is_index else "sitemap"
         action.detail = f"{kind}: {len(parsed.locs)} URLs" + (" (truncated)" * parsed.truncated)
         self.links.sitemap(action, parsed.locs, parsed.is_index)
+
+
+def _worker_args(url: str, resp: HttpResponse) -> tuple[str, bytes, str | None, str, bytes]:
+    """What the page worker analyses of a response (the exchange is compressed there too)."""
+    headers = resp.headers
+    return (url, resp.body, headers.get("content-type"), headers.get("x-robots-tag", ""),
+            resp.request + resp.head)

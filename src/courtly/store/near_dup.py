@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from courtly import dedup
@@ -120,8 +120,12 @@ class NearDupIndex:
         found = None if row is None else dedup.KeyFilter.stored(row[0])
         if found is None:
             found = dedup.KeyFilter()
-            found.add(key for key, in self._x("SELECT key FROM near_dup_keys"))
+            found.add(self._keys_in("near_dup_keys"))
         return found
+
+    def _keys_in(self, table: str) -> Iterator[int]:
+        """Every key of a band-key table (a filter read once, not each lookup)."""
+        return (key for key, in self._x(f"SELECT key FROM {table}"))
 
     @functools.cached_property
     def _indexed_keys(self) -> list[int]:
@@ -209,7 +213,7 @@ class NearDupIndex:
         indexed = self._index_filter
         if indexed is not None:
             if self._recent_filter is None:  # keys from before this store opened: not in it
-                indexed.add(key for key, in self._x("SELECT key FROM near_dup_recent"))
+                indexed.add(self._keys_in("near_dup_recent"))
             self._x("INSERT INTO near_dup_filter (id, bits) VALUES (1, ?) ON CONFLICT (id) "
                     "DO UPDATE SET bits = excluded.bits", (bytes(indexed.bits),))
             self._recent_filter = dedup.KeyFilter()
