@@ -16,13 +16,15 @@ import string
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 import zstandard
 
+from courtly import dedup
 from courtly.distributed import partition_key, partition_of
 from courtly.model import CrawlAction, ExitCode, Link, LinkState
 from courtly.pageworker import compress
@@ -414,3 +416,47 @@ def test_sigterm_gives_the_leases_back(serve, pg_url: PgUrl) -> None:
     assert len(rows(pg_url, "SELECT id FROM runs")) == 1
     counts = Counter(r["url"] for r in rows(pg_url, "SELECT url FROM crawl_log"))
     assert len(counts) == 31 and max(counts.values()) == 1
+
+
+def test_pages_look_ups_queued_together_are_one_round_trip(pg_url: PgUrl) -> None:
+    """The database thread sends the look-ups of the pages queued at one wake in one pipeline;
+    each answer is the one it gets alone, and a batch the database fails is asked again one by
+    one, so that only the failing look-up gets the error."""
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    origin = "http://a.example"
+    store.add_links([Link(f"{origin}/{i}", origin, 0) for i in range(3)])
+    first, second, third = store.take_todo(origin, 1, 3, 0.0)
+    signature = random.Random(28).randbytes(dedup.PACK.size)
+    kept = CrawlAction(first, origin, ExitCode.OK, 0.0, http_status=200, content_hash="h1")
+    kept.near_signature = signature
+    store.record(kept, 1)
+    links = [first.url, f"{origin}/new", second.url]
+    asked = [("h1", None, second.url, 0.8, None, 1.0),  # an exact duplicate of the first
+             ("h2", signature, third.url, 0.8, None, 1.0),  # a near-duplicate of it
+             (None, None, third.url, 0.8, links, 1.0),  # its links: the new one is unsettled
+             (None, None, third.url, 0.8, None, 1.0)]  # nothing to ask
+    before = store.round_trips
+    expected = [store.page_lookups(*args) for args in asked]
+    alone = store.round_trips - before  # 3 statements and the near-duplicate's find_similar
+    assert expected[0][0] == first.url and expected[1][1] is not None
+    assert expected[1][1][0] == first.url and expected[2][2] == [f"{origin}/new"]
+    bad = ("h3", None, third.url, 0.8, [1, 2], 1.0)  # a link that is no URL: the server refuses
+
+    async def together(calls: Sequence[tuple[Any, ...]]) -> list[object]:
+        db = Database(store)
+        assert db.thread is not None
+        try:
+            with db.thread._ready:  # the thread takes them at one wake
+                futures = [db.thread.later(store.page_lookups, *args) for args in calls]
+            return list(await asyncio.gather(*futures, return_exceptions=True))
+        finally:
+            db.close()
+
+    before = store.round_trips
+    assert asyncio.run(together(asked)) == expected
+    assert store.round_trips - before == alone - 2  # the three statements in one pipeline
+    answers = asyncio.run(together([asked[0], bad, asked[2]]))
+    assert answers[0] == expected[0] and answers[2] == expected[2]
+    assert isinstance(answers[1], StoreError)
+    store.close()

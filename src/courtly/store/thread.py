@@ -131,9 +131,15 @@ class DatabaseThread:
                     if refused and self.on_refused is not None:
                         self.on_refused(refused)
             settled: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, Any]]] = {}
+            lookups: list[_Call] = []  # page look-ups in a row: sent together
             for job in jobs:
+                if isinstance(job, _Call) and job.loop and job.fn == self.store.page_lookups:
+                    lookups.append(job)
+                    continue
+                self._run_lookups(lookups, settled)
                 if isinstance(job, _Call):
                     self._run(job, settled)
+            self._run_lookups(lookups, settled)
             for loop, items in settled.items():  # one wake-up of each loop per batch
                 with suppress(RuntimeError):  # that loop is closed: nobody waits any more
                     loop.call_soon_threadsafe(_settle_all, items)
@@ -164,6 +170,24 @@ class DatabaseThread:
                     raise
                 log.warning("database %s: %s; reconnecting", self.store.path, exc)
                 self.store.reconnect()
+
+    def _run_lookups(self, calls: list[_Call],
+                     settled: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, Any]]]) -> None:
+        """Pages' look-ups, in one round trip (many_page_lookups); if the database fails it, one
+        by one, each with its own retries and errors. Empties `calls`."""
+        if len(calls) > 1 and self.failed is None:
+            try:
+                answers = self.store.many_page_lookups([call.args for call in calls])
+            except Exception as exc:  # the database's (or a bug): asked again one by one
+                log.debug("database %s: look-ups one by one: %s", self.store.path, exc)
+            else:
+                for call, answer in zip(calls, answers, strict=True):
+                    assert call.loop is not None  # only the loop's calls are collected
+                    settled.setdefault(call.loop, []).append((call.future, answer, None))
+                calls.clear()
+        for call in calls:
+            self._run(call, settled)
+        calls.clear()
 
     def _run(self, call: _Call,
              settled: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, Any]]]) -> None:
