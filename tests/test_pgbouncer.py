@@ -1,6 +1,6 @@
 """Workers through PgBouncer (Debian's `pgbouncer`, started by the test on a port of its own):
 session mode works; transaction mode would hand one client's session state to another, which is
-why docs/distributed.md requires session mode."""
+why docs/distributed.md requires session mode, and why courtly refuses it with one line."""
 
 from __future__ import annotations
 
@@ -115,3 +115,21 @@ def test_transaction_mode_hands_a_session_setting_to_another_client(pg_url: PgUr
         first.execute("SET search_path TO courtly_somebody_elses")
         row = second.execute("SHOW search_path").fetchone()
         assert row is not None and row[0] == "courtly_somebody_elses"
+
+
+def test_transaction_pooling_is_refused_with_one_line(pg_url: PgUrl) -> None:
+    """courtly sees that the pooler hands its session on (its second session gets the server
+    connection its first just used) and says it needs session mode, before it sets anything
+    on a server connection or creates its schema."""
+    with pgbouncer(pg_url.partition("?")[0], "transaction", pool_size=2) as bouncer:
+        url = _through(bouncer, pg_url)
+        for command in (["add-seeds", "http://127.0.0.1:9/"], ["worker", "--progress", "off"]):
+            result = courtly(*command, "--db", url)
+            assert result.status != 0
+            lines = result.err.strip().splitlines()
+            assert len(lines) == 1 and "needs session pooling" in lines[0], result.err
+    schema = pg_url.partition("schema=")[2].partition("&")[0]
+    with psycopg.connect(pg_url.partition("?")[0]) as conn:
+        made = conn.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",
+                            (schema,)).fetchone()
+    assert made is None

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import re
+import select
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import unquote
@@ -187,6 +188,13 @@ class PostgresSql(SqlStore):
             try:
                 conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10,
                                        **self._app_name)
+                if first and _hands_sessions_on(conn, lambda: psycopg.connect(
+                        self._conninfo, autocommit=True, connect_timeout=10, **self._app_name)):
+                    conn.close()  # before any session setting, which it would hand on
+                    raise StoreError(
+                        f"{self.path} gives one session's server connection to another between "
+                        "transactions (PgBouncer's transaction or statement pooling?): courtly "
+                        "needs session pooling (pool_mode = session; docs/distributed.md)")
                 if self.schema:
                     conn.execute(
                         pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
@@ -744,6 +752,33 @@ class _Lookup:
             store._absent(self.unknown, found)
             changing = store.seen.changing(changing, self.score)[0]
         return original, similar, changing
+
+
+def _hands_sessions_on(conn: psycopg.Connection[Any],
+                       connect: Callable[[], psycopg.Connection[Any]]) -> bool:
+    """Whether another session gets the server connection this one used last: a pooler that
+    hands sessions on between transactions (PgBouncer's transaction or statement mode gives the
+    one just released, LIFO). Two sessions of a server are two backends while both are open.
+    A pooler with no server connection to spare keeps the second waiting: after a second, this
+    says False (a session pooler, or a full one; it cannot tell)."""
+    mine = conn.execute("SELECT pg_backend_pid()").fetchone()
+    other = connect()
+    try:  # asked by hand (libpq), to wait no more than a second
+        pgconn = other.pgconn
+        pgconn.send_query(b"SELECT pg_backend_pid()")
+        deadline = time.monotonic() + 1.0
+        while True:
+            pgconn.consume_input()
+            if not pgconn.is_busy():
+                break
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([pgconn.socket], [], [], left)[0]:
+                return False
+        result = pgconn.get_result()
+        theirs = None if result is None or result.ntuples != 1 else result.get_value(0, 0)
+    finally:
+        other.close()
+    return mine is not None and theirs is not None and str(mine[0]) == theirs.decode()
 
 
 def _first(row: tuple[Any, ...]) -> Any:
