@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import random
+import resource
 import signal
 import socket
 import string
@@ -460,3 +462,23 @@ def test_pages_look_ups_queued_together_are_one_round_trip(pg_url: PgUrl) -> Non
     assert answers[0] == expected[0] and answers[2] == expected[2]
     assert isinstance(answers[1], StoreError)
     store.close()
+
+
+def test_a_store_opens_with_descriptors_past_1024(pg_url: PgUrl) -> None:
+    """Opening a store when the process already holds over 1,024 descriptors (a broad crawl's
+    sockets): the pooler check waits on its connection with poll(), which select() could not."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(wanted, hard)), hard))
+    held = []
+    try:
+        while len(held) < wanted - 100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        assert held[-1] > 1024
+        store = open_store(pg_url)
+        assert isinstance(store, PostgresStore)
+        store.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -766,13 +766,15 @@ def _hands_sessions_on(conn: psycopg.Connection[Any],
     try:  # asked by hand (libpq), to wait no more than a second
         pgconn = other.pgconn
         pgconn.send_query(b"SELECT pg_backend_pid()")
+        readable = select.poll()  # not select(): a crawl's descriptors pass 1024
+        readable.register(pgconn.socket, select.POLLIN)
         deadline = time.monotonic() + 1.0
         while True:
             pgconn.consume_input()
             if not pgconn.is_busy():
                 break
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([pgconn.socket], [], [], left)[0]:
+            if left <= 0 or not readable.poll(left * 1000):
                 return False
         result = pgconn.get_result()
         theirs = None if result is None or result.ntuples != 1 else result.get_value(0, 0)
