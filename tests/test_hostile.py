@@ -351,6 +351,36 @@ def test_patience_runs_out_on_an_origin_that_always_fails(db: Path, tmp_path: Pa
                     srv.url("fine"))[0]["exit_code"] == "OK"
 
 
+def test_a_page_slow_to_parse_is_given_up_and_its_origin_pays_patience(
+        serve: Any, db: Path, tmp_path: Path) -> None:
+    """Markup the nesting guard does not see (end tags lexbor ignores: each element nests in
+    the last, a quadratic parse of minutes at max_parse_size) costs the crawl no more than
+    limits.max_parse_seconds a page: the worker is replaced, the page is TOO_COMPLEX, and an
+    origin serving such pages runs out of patience; the other origin is crawled as usual."""
+    slow = Page(b"<html><body>" + b"<x></y>" * 60_000)  # about 3 s to parse here
+    site = serve({
+        "bad": {"/": Page(html("bad", [f"/s{i}" for i in range(6)])),
+                **{f"/s{i}": slow for i in range(6)}},
+        "good": {"/": Page(html("good", [f"/p{i}" for i in range(5)])),
+                 **{f"/p{i}": Page(html(f"good page {i} " + "word " * 40, [])) for i in range(5)}},
+    })
+    config = tmp_path / "c.toml"
+    config.write_text("[politeness]\nmin_delay = 0.0\npatience = 2\n"
+                      "[limits]\nmax_parse_seconds = 0.4\n")
+    started = time.monotonic()
+    run = courtly("crawl", site.url("bad"), site.url("good"), "--db", db, "--config", config,
+                  "--progress", "off")
+    assert run.status == 0, run.err
+    assert time.monotonic() - started < 12  # three slow pages at most, not six parses of 3 s
+    codes = {r["url"]: r["exit_code"] for r in rows(db, "SELECT url, exit_code FROM crawl_log")}
+    too_complex = [url for url, code in codes.items() if code == str(ExitCode.TOO_COMPLEX)]
+    # patience 2: given up after the second (and the page read beside it, fetched meanwhile)
+    assert 2 <= len(too_complex) <= 3 and all("/s" in url for url in too_complex)
+    assert all(codes[site.url("good") + f"p{i}"] == "OK" for i in range(5))
+    assert "replaced" in rows(db, "SELECT detail FROM crawl_log WHERE url = ?",
+                              too_complex[0])[0]["detail"]
+
+
 # -- resource faults --------------------------------------------------------------------------
 def big_site(pages: int = 80) -> Any:
     rng = random.Random(3)

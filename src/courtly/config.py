@@ -81,6 +81,9 @@ class Limits(_Section):
     max_links_per_page: int = Field(5000, gt=0)
     max_sitemap_entries: int = Field(50_000, gt=0)  # <loc>s read from one sitemap (its protocol's)
     max_parse_size: int = Field(4 * 1024 * 1024, gt=0)  # HTML bytes parsed per page
+    #: seconds the page worker may spend on one page before it is replaced (TOO_COMPLEX); a
+    #: real page of max_parse_size takes about 0.1 s
+    max_parse_seconds: float = Field(10.0, gt=0)
     max_redirect_chain: int = Field(10, ge=1)
     allow_private_addresses: bool = False
     #: open connections at most; 0: what RLIMIT_NOFILE leaves to them (pool.connection_limit)

@@ -16,7 +16,14 @@ from courtly.fetch import FetchError, HttpResponse
 from courtly.links import Links, request_of
 from courtly.model import CrawlAction, ExitCode
 from courtly.outcome import Next, Reading, is_page, too_many_redirects
-from courtly.pageworker import PageAnalysis, PageSettings, PageWorker, SentPage, compress_exchange
+from courtly.pageworker import (
+    PageAnalysis,
+    PageSettings,
+    PageWorker,
+    SentPage,
+    TooComplex,
+    compress_exchange,
+)
 from courtly.robots import product_token
 from courtly.store.database import Database
 from courtly.strategy import CrawlingStrategy
@@ -38,7 +45,7 @@ class ContentReader:
             PageSettings(product_token(config.user_agent), limits.max_links_per_page,
                          limits.max_parse_size, config.dedup, config.normalize,
                          config.store_content, anchors=not links.base_handlers),
-            config.parse_workers,
+            config.parse_workers, limits.max_parse_seconds,
         )
 
     def close(self) -> None:
@@ -100,7 +107,11 @@ class ContentReader:
                     analysis: Awaitable[PageAnalysis]) -> None:
         """An HTML page: directives, canonical, duplicates, content and links."""
         url = action.candidate.url
-        page = await analysis
+        try:
+            page = await analysis
+        except TooComplex as exc:
+            action.exit_code, action.detail = ExitCode.TOO_COMPLEX, str(exc)
+            return
         if page.canonical:
             action.exit_code = ExitCode.NOT_CANONICAL
             action.canonical = page.canonical

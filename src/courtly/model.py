@@ -42,6 +42,9 @@ class ExitCode(StrEnum):
     PROTOCOL_ERROR = "PROTOCOL_ERROR"
     TIMEOUT = "TIMEOUT"
     TOO_LARGE = "TOO_LARGE"
+    #: an HTML page the page worker did not analyse within limits.max_parse_seconds (markup made
+    #: to be slow to parse): the worker is replaced, the page left unread
+    TOO_COMPLEX = "TOO_COMPLEX"
     TOO_MANY_REDIRECTS = "TOO_MANY_REDIRECTS"  # a redirect past limits.max_redirect_chain
     UNSUPPORTED_CONTENT = "UNSUPPORTED_CONTENT"
     DATABASE_ERROR = "DATABASE_ERROR"
@@ -72,7 +75,7 @@ BACKS_OFF = frozenset(
     {ExitCode.HTTP_SERVER_ERROR, ExitCode.NETWORK_ERROR, ExitCode.TIMEOUT, ExitCode.PROTOCOL_ERROR}
 )
 #: exit codes that cost the origin one point of patience
-COSTS_PATIENCE = BACKS_OFF | {ExitCode.INTERNAL_ERROR, ExitCode.PROXY_ERROR}
+COSTS_PATIENCE = BACKS_OFF | {ExitCode.INTERNAL_ERROR, ExitCode.PROXY_ERROR, ExitCode.TOO_COMPLEX}
 
 
 def link_state(code: ExitCode, retry: bool) -> LinkState:

@@ -36,7 +36,7 @@ from typing import cast
 
 import zstandard
 
-from courtly.config import Dedup, Normalize
+from courtly.config import Dedup, Limits, Normalize
 from courtly.parse import parse_html, robots_directives
 from courtly.urls import normalize, normalize_links
 
@@ -196,6 +196,14 @@ def serve(sock: socket.socket) -> None:
 
 
 # -- in the crawler ----------------------------------------------------------------------------
+class TooComplex(Exception):
+    """The worker spent more than limits.max_parse_seconds on a page: it was replaced."""
+
+
+class _Replaced(Exception):
+    """The worker was replaced (TooComplex) before it answered this page: ask the next one."""
+
+
 class _WorkerChannel(asyncio.Protocol):
     """One worker process: requests written to its socket, answers handed out in order.
 
@@ -204,7 +212,7 @@ class _WorkerChannel(asyncio.Protocol):
     """
 
     def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket,
-                 on_lost: Callable[[_WorkerChannel], None]) -> None:
+                 on_lost: Callable[[_WorkerChannel], None], max_seconds: float) -> None:
         self.proc = proc
         self.sock = sock  # the transport's own socket (uvloop's wrapper has no shutdown)
         self.transport: asyncio.Transport | None = None
@@ -214,11 +222,20 @@ class _WorkerChannel(asyncio.Protocol):
         self._buffer = bytearray()
         self._writable: asyncio.Future[None] | None = None  # set while the socket is full
         self._on_lost = on_lost
+        # the watchdog: the worker began the oldest unanswered page at `_began` (it answers in
+        # order); past max_seconds on it, the worker is killed (a parser's worst case cannot be
+        # interrupted from Python, and no guard before parsing knows every slow markup)
+        self.max_seconds = max_seconds
+        self.too_slow = False  # killed by the watchdog: what it still sends is not read
+        self._began = 0.0
+        self._watch: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
+        if self.too_slow:
+            return
         buffer = self._buffer
         buffer += data
         while len(buffer) >= _LENGTH:
@@ -228,8 +245,28 @@ class _WorkerChannel(asyncio.Protocol):
             answer = bytes(buffer[_LENGTH:end])
             del buffer[:end]
             future = self.waiting.popleft()
+            self._began = self.loop.time()  # the next page's turn
             if not future.done():  # a cancelled page's answer is dropped
                 future.set_result(answer)
+
+    def _check(self) -> None:
+        """The watchdog: kill a worker past max_seconds on its page; else look again then."""
+        self._watch = None
+        if self.closed or not self.waiting:
+            return
+        due = self._began + self.max_seconds
+        if self.loop.time() < due:
+            self._watch = self.loop.call_at(due, self._check)
+            return
+        self.too_slow = True
+        page = self.waiting.popleft()
+        if not page.done():
+            page.set_exception(TooComplex(
+                f"the page worker spent over {self.max_seconds:g} s on this page (markup slow "
+                "to parse): replaced"))
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self._on_lost(self)  # replaced now: no page goes to it any more
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.resume_writing()
@@ -250,7 +287,11 @@ class _WorkerChannel(asyncio.Protocol):
         if isinstance(message, PageSettings):
             return None
         future: asyncio.Future[bytes] = self.loop.create_future()
+        if not self.waiting:
+            self._began = self.loop.time()
         self.waiting.append(future)
+        if self._watch is None:
+            self._watch = self.loop.call_at(self._began + self.max_seconds, self._check)
         return future
 
     async def drain(self) -> None:
@@ -270,10 +311,16 @@ class _WorkerChannel(asyncio.Protocol):
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        while self.waiting:  # unanswered pages are analysed inline
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        while self.waiting:  # unanswered pages: asked again (replaced), or analysed inline
             future = self.waiting.popleft()
             if not future.done():
-                future.set_result(b"")
+                if self.too_slow:
+                    future.set_exception(_Replaced())
+                else:
+                    future.set_result(b"")
 
 
 #: what the worker is sent: analyse_page's arguments after its settings
@@ -302,9 +349,11 @@ class SentPage:
 class PageWorker:
     """Runs analyse_page in a worker process (workers = 1) or inline (workers = 0)."""
 
-    def __init__(self, settings: PageSettings, workers: int) -> None:
+    def __init__(self, settings: PageSettings, workers: int,
+                 max_seconds: float = Limits.model_fields["max_parse_seconds"].default) -> None:
         self.settings = settings
         self.workers = workers
+        self.max_seconds = max_seconds  # a page's time in the worker (TooComplex past it)
         self.restarts = 0
         self._conn: _WorkerChannel | None = None
         self._starting = asyncio.Lock()
@@ -313,13 +362,22 @@ class PageWorker:
         self, url: str, body: bytes, content_type: str | None, x_robots_tag: str,
         exchange: bytes = b"",
     ) -> PageAnalysis:
-        """The analysis of one page; a dead worker is replaced, its pages analysed inline."""
-        request = _request(self.settings, url, body, content_type, x_robots_tag, exchange)
-        data = b""
-        if self.workers > 0:
-            with contextlib.suppress(OSError):  # the worker is gone (the next page starts one)
-                data = await self._ask(request)
-        return self._answer(request, data)
+        """The analysis of one page; a dead worker is replaced, its pages analysed inline
+        (TooComplex: the worker spent too long on this one)."""
+        return await self._asked(
+            _request(self.settings, url, body, content_type, x_robots_tag, exchange))
+
+    async def _asked(self, request: _Request) -> PageAnalysis:
+        while True:
+            data = b""
+            if self.workers > 0:
+                try:
+                    data = await self._ask(request)
+                except OSError:  # the worker is gone (the next page starts one)
+                    pass
+                except _Replaced:  # another page was too slow: the next worker's
+                    continue
+            return self._answer(request, data)
 
     def send(self, url: str, body: bytes, content_type: str | None, x_robots_tag: str,
              exchange: bytes = b"") -> SentPage | None:
@@ -334,12 +392,14 @@ class PageWorker:
         return SentPage(conn, request, answer)
 
     async def result(self, page: SentPage) -> PageAnalysis:
-        """The analysis of a page `send` sent."""
+        """The analysis of a page `send` sent (TooComplex: the worker spent too long on it)."""
         try:
             await page.conn.drain()
             data = await page.answer
         except OSError:
             data = b""
+        except _Replaced:  # another page was too slow: the next worker's
+            return await self._asked(page.request)
         return self._answer(page.request, data)
 
     def _answer(self, request: _Request, data: bytes) -> PageAnalysis:
@@ -382,7 +442,7 @@ class PageWorker:
             return None
         finally:
             theirs.close()
-        conn = _WorkerChannel(proc, ours, self._lost)
+        conn = _WorkerChannel(proc, ours, self._lost, self.max_seconds)
         await asyncio.get_running_loop().create_connection(lambda: conn, sock=ours)
         self._conn = conn
         conn.send(self.settings)
@@ -395,6 +455,9 @@ class PageWorker:
         if self._conn is conn:
             self._conn = None
         conn.close()
+        if conn.too_slow:  # not a failing worker: a page's markup (the next page starts one)
+            log.warning("page worker replaced: over %g s on one page", conn.max_seconds)
+            return
         self.restarts += 1
         if self.restarts > MAX_RESTARTS:
             self.workers = 0
