@@ -15,9 +15,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from courtly.site import LocalSite, Page, html
+from courtly.store.postgres import conninfo_and_schema
 from tests.conftest import courtly, courtly_process, fetched_paths, rows
 from tests.pgserver import PgUrl
 
@@ -180,12 +182,39 @@ def test_killed_worker_loses_its_leases_and_the_other_takes_over(serve, pg_url: 
     assert states == {"stopped": 1, "lost": 1}
 
 
+def test_an_origins_next_request_waits_for_its_last_page_to_be_committed(
+        serve, pg_url: PgUrl, tmp_path: Path) -> None:
+    """In a fleet an origin's next request leaves only once its last crawl action is committed
+    (a frozen or killed worker then costs its request in flight alone): while the crawl log is
+    locked, no origin sends a request after the one it had in flight is answered."""
+    site = fleet_site(serve, page_delay=1.0)  # every origin has a request in flight at the lock
+    assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
+    procs = start_workers(pg_url, 1, fleet_config(tmp_path), delay=0.05)
+    deadline = time.monotonic() + 60
+    while len(rows(pg_url, "SELECT id FROM crawl_log")) < 12:
+        assert time.monotonic() < deadline, "the worker did not get going"
+        time.sleep(0.05)
+    conninfo, schema = conninfo_and_schema(pg_url)
+    with psycopg.connect(conninfo) as conn:  # one transaction: the lock until its end
+        conn.execute(f"SET search_path TO {schema}")
+        conn.execute("LOCK TABLE crawl_log IN EXCLUSIVE MODE")  # no INSERT: no commit
+        locked = time.monotonic()
+        time.sleep(3.0)
+    wait_all(procs)
+    # answers come within 1 s of the lock; an origin that did not wait for its commit sent its
+    # next request 0.05 s after its answer
+    late = [f"{name}{h.path}" for name in NAMES for h in site.hits_for(name)
+            if locked + 0.3 < h.arrived < locked + 2.9]
+    assert late == []
+    assert max(Counter(r["url"] for r in rows(pg_url, "SELECT url FROM crawl_log")).values()) == 1
+
+
 def test_a_frozen_worker_is_fenced_off_and_drops_its_partitions(serve, pg_url: PgUrl,
                                                                 tmp_path: Path) -> None:
-    """SIGSTOP a worker past its lease while the other takes over, then SIGCONT it: its crawl
-    actions in flight at the freeze (per origin, a request and the action before it if not yet
-    committed) are the only pages fetched twice, the database refuses what it then writes
-    under its old leases, and it drops them."""
+    """SIGSTOP a worker past its lease while the other takes over, then SIGCONT it: its
+    requests in flight at the freeze (one per origin: an origin's next request leaves once its
+    last page is committed) are the only pages fetched twice, the database refuses what it then
+    writes under its old leases, and it drops them."""
     site = fleet_site(serve, page_delay=0.2)  # slow pages: requests are in flight at the freeze
     assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
     procs = start_workers(pg_url, 2, fleet_config(tmp_path, "same_host_pid_check = false\n"),
@@ -210,11 +239,11 @@ def test_a_frozen_worker_is_fenced_off_and_drops_its_partitions(serve, pg_url: P
     assert max(counts.values()) == 1
     later = [r for r in log if r["worker"] == frozen_id][written:]
     assert all(r["started"] >= thawed_at for r in later), "a stale write was accepted"
-    # on the wire: only the crawl actions in flight at the freeze (two per origin at most)
+    # on the wire: only the requests in flight at the freeze (one per origin at most)
     hits = Counter(f"{name}{path}" for name in NAMES for path in fetched_paths(site, name))
     twice = [u for u, n in hits.items() if n > 1]
     assert max(hits.values()) <= 2
-    assert max(Counter(u.split("/", 1)[0] for u in twice).values(), default=0) <= 2
+    assert max(Counter(u.split("/", 1)[0] for u in twice).values(), default=0) <= 1
     assert "lost the leases of partitions" in errs[procs.index(frozen)]
     assert_polite(site, 0.1)
 

@@ -235,6 +235,11 @@ class Crawler:
         """Fetch one URL (conditionally when its validators are known), read the answer's
         outcome, then its body and record it all: beside the origin's next request when there
         is a body to read. False: in a fleet, the origin's lease was lost at its gate."""
+        if self.steering.fleet is not None:
+            # the last page committed before the next request leaves: a worker frozen or
+            # killed costs its request in flight alone (docs/distributed.md)
+            await self.turns.settled(crawler)
+            await self.db.written(crawler.origin)
         action = CrawlAction(candidate, crawler.origin, ExitCode.OK, clock.now())
         started = time.monotonic()
         result: outcome.Answer

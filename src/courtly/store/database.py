@@ -133,6 +133,13 @@ class Database:
         if not done.cancelled():
             done.exception()  # retrieved: flush raises it
 
+    async def written(self, origin: str) -> None:
+        """Wait until the origin's last crawl action is committed (at once on SQLite; its
+        error, if any, is the next flush's)."""
+        pending = self._unwritten.get(origin)
+        if pending is not None and not pending.done():
+            await asyncio.wait((pending,))
+
     def unwritten(self) -> list[str]:
         """The origins whose last crawl action is not committed yet (a fleet hands a partition
         back only once it has none)."""
