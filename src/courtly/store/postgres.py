@@ -80,6 +80,12 @@ ANY_KEY = ("SELECT 'k', NULL, NULL, NULL FROM unnest(%s::bigint[]) AS k(key) WHE
            "SELECT 1 FROM near_dup_keys n WHERE n.key = k.key UNION ALL "
            "SELECT 1 FROM near_dup_recent r WHERE r.key = k.key) LIMIT 1")
 
+#: the states of these URLs (%s, an array), one probe of the URL index each: `url = ANY(urls)`
+#: was prepared as a scan of the whole table while it was small, and a prepared statement keeps
+#: its plan (this test server never analyzes: 1-3 ms a page at 22,000 URLs, and growing)
+STATES = ("SELECT 's', c.url, c.state, c.score FROM unnest(%s::text[]) AS u(url) CROSS JOIN "
+          "LATERAL (SELECT url, state, score FROM candidates WHERE url = u.url LIMIT 1) AS c")
+
 #: deadlock, serialization failure: the batch was rolled back and is sent again
 _CONFLICTS = frozenset({"40P01", "40001"})
 _CONFLICT_RETRIES = 10
@@ -726,8 +732,7 @@ class _Lookup:
         if links is not None:
             self.changing, self.unknown = store.seen.changing(links, score)
             if self.unknown:
-                parts.append("(SELECT 's', url, state, score FROM candidates "
-                             "WHERE url = ANY(%s))")
+                parts.append(f"({STATES})")
                 params.append(self.unknown)
         self.sql = " UNION ALL ".join(parts) if parts else None
         self.params = params
