@@ -474,7 +474,7 @@ def test_pages_look_ups_queued_together_are_one_round_trip(pg_url: PgUrl) -> Non
     alone = store.round_trips - before  # 3 statements and the near-duplicate's find_similar
     assert expected[0][0] == first.url and expected[1][1] is not None
     assert expected[1][1][0] == first.url and expected[2][2] == [f"{origin}/new"]
-    bad = ("h3", None, third.url, 0.8, [1, 2], 1.0)  # a link that is no URL: the server refuses
+    bad = (3, None, third.url, 0.8, None, 1.0)  # a hash that is no text: the server refuses
 
     async def together(calls: Sequence[tuple[Any, ...]]) -> list[object]:
         db = Database(store)
