@@ -163,6 +163,38 @@ def test_a_pages_link_states_are_read_by_index_with_a_plan_made_on_an_empty_tabl
     assert [(kind, url) for kind, url, _, _ in found] == [("s", "http://a.example/7")]
 
 
+def test_a_redirect_chain_is_walked_by_index_with_a_plan_made_on_an_empty_table(
+        pg_url: PgUrl) -> None:
+    """redirect_chain's statement, prepared while the crawl had few redirects, keeps probing
+    the target index once it has many (with `LIMIT 1` the plan kept was a scan)."""
+    store = PostgresStore(pg_url)
+    conninfo, schema = conninfo_and_schema(pg_url)
+    queries: list[str] = []
+    execute_one = store._x
+
+    def traced(sql: str, params: Any = ()) -> Any:
+        queries.append(sql)
+        return execute_one(sql, params)
+
+    store._x = traced  # type: ignore[method-assign]
+    assert store.redirect_chain("http://a.example/x", 5) == 0
+    store.close()
+    statement = next(q for q in queries if "FROM redirects" in q)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {schema}")
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        prepared = conn.pgconn.exec_(
+            ("PREPARE chain(text) AS " + statement.replace("?", "$1")).encode())
+        assert prepared.status == psycopg.pq.ExecStatus.COMMAND_OK, prepared.error_message
+        assert conn.execute("EXECUTE chain('http://a.example/x')").fetchall() == []  # planned
+        conn.execute("INSERT INTO redirects (url, target, status, seen) SELECT "
+                     "'http://a.example/r' || g, 'http://a.example/t' || g, 301, 0 "
+                     "FROM generate_series(1, 30000) AS g")
+        plan = conn.execute("EXPLAIN EXECUTE chain('http://a.example/t7')").fetchall()
+    shown = "\n".join(r[0] for r in plan)
+    assert "Seq Scan on redirects" not in shown and "redirects_target" in shown, shown
+
+
 def test_a_batch_that_raises_leaves_no_transaction_open(pg_url: PgUrl,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A write batch stopped by an exception that is not the database's (a bug) rolls back:

@@ -593,7 +593,9 @@ class SqlStore(SqlRecords):
         """How many recorded redirects lead to url (walked backwards, at most limit + 1)."""
         hops, seen = 0, {url}
         while hops <= limit:
-            row = self._x("SELECT url FROM redirects WHERE target = ? LIMIT 1", (url,)).fetchone()
+            # no LIMIT: with it, PostgreSQL prepared a scan of a small redirects table (a LIMIT
+            # makes a scan look cheap) and kept that plan as the table grew
+            row = self._x("SELECT url FROM redirects WHERE target = ?", (url,)).fetchone()
             if row is None or row[0] in seen:
                 break
             url = str(row[0])
