@@ -104,6 +104,7 @@ class Worker:
         self._share = 0  # this worker's fair share of the partitions, at the last poll
         self._busy: bool | None = None
         self._scope: list[str] | None = None
+        self._joined = 0.0  # monotonic: when this worker joined (fast polls for a while)
 
     # -- joining and leaving ---------------------------------------------------------------
     def join(self) -> int:
@@ -112,6 +113,7 @@ class Worker:
         self.store.register_worker(self.id, self.host, self.pid)
         self.store.worker = self.id
         self.run = self.store.join_run()
+        self._joined = time.monotonic()
         log.info("worker %s joined run %d (%d partitions, leases of %.1fs)",
                  self.id, self.run, self.partitions, self.lease_seconds)
         return self.run
@@ -234,12 +236,14 @@ class Worker:
             if plan.done:
                 crawl.finish()
                 return
-            # poll again after the interval (within a second when idle or while the shares
-            # move), as soon as the last origin crawler finishes, or as soon as the partitions
-            # being handed back have no turn or write left (a joining worker gets them a poll
-            # sooner)
+            # poll again after the interval (within a second when idle, while the shares
+            # move, and for two intervals after joining, when workers started together are
+            # still registering: the first would keep every partition an interval longer), as
+            # soon as the last origin crawler finishes, or as soon as the partitions being
+            # handed back have no turn or write left (a joining worker gets them a poll sooner)
             busy = bool(crawl.turns.crawlers)
-            settled = busy and not self.releasing and len(self.held) >= self._share
+            settled = busy and not self.releasing and len(self.held) >= self._share and (
+                time.monotonic() > self._joined + 2 * self.interval)
             end = time.monotonic() + (self.interval if settled else min(self.interval, 1.0))
             while time.monotonic() < end and not crawl.turns.stopping:
                 crawl.turns.revoke(self.holds)
