@@ -192,10 +192,8 @@ class PostgresSql(SqlStore):
         pause = 0.25
         while True:
             try:
-                conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10,
-                                       **self._app_name)
-                if first and _hands_sessions_on(conn, lambda: psycopg.connect(
-                        self._conninfo, autocommit=True, connect_timeout=10, **self._app_name)):
+                conn = self._session_connection()
+                if first and _hands_sessions_on(conn, self._session_connection):
                     conn.close()  # before any session setting, which it would hand on
                     raise StoreError(
                         f"{self.path} gives one session's server connection to another between "
@@ -228,6 +226,11 @@ class PostgresSql(SqlStore):
                             self.path, pause, one_line(exc))
                 time.sleep(pause)
                 pause = min(pause * 2, 2.0)  # back within 2 s of the server
+
+    def _session_connection(self) -> psycopg.Connection[Any]:
+        """A new connection to the server, before any session setting."""
+        return psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10,
+                               **self._app_name)
 
     def set_idle_timeout(self, seconds: float) -> None:
         """How long the server lets this session idle inside a transaction (a stopped worker's
