@@ -116,18 +116,28 @@ def test_three_workers_crawl_to_exact_coverage_holding_delays(serve, pg_url: PgU
 
 
 def two_busy_workers(pg_url: PgUrl, procs: list[subprocess.Popen[str]]
-                     ) -> tuple[subprocess.Popen[str], str]:
-    """Wait until two workers have crawled; the one with more crawl actions and its id."""
+                     ) -> tuple[subprocess.Popen[str], str, set[str]]:
+    """Wait until two workers have crawled and one of them leases origins with work left; that
+    worker (the one with more crawl actions if both do), its id and those origins. (A worker
+    that has handed its partitions to the other while the shares settle is no victim.)"""
     by_pid = {p.pid: p for p in procs}
     deadline = time.monotonic() + 60  # a loaded machine: imports alone can take seconds
     while time.monotonic() < deadline:
         counts = Counter(r["worker"] for r in rows(
             pg_url, "SELECT worker FROM crawl_log WHERE worker IS NOT NULL"))
         busy = [w for w, n in counts.most_common() if n >= 5]
-        if len(busy) >= 2:
-            return by_pid[int(busy[0].split(":")[1])], busy[0]
+        for worker in busy if len(busy) >= 2 else []:
+            theirs = origins_of(pg_url, worker) & origins_with_work(pg_url)
+            if theirs:
+                return by_pid[int(worker.split(":")[1])], worker, theirs
         time.sleep(0.05)
     raise AssertionError("the workers did not get going")
+
+
+def origins_with_work(pg_url: PgUrl) -> set[str]:
+    """The origins with a candidate not crawled yet."""
+    return {r["origin"] for r in rows(
+        pg_url, "SELECT DISTINCT origin FROM candidates WHERE state <> 'CRAWLED'")}
 
 
 def origins_of(pg_url: PgUrl, worker: str) -> set[str]:
@@ -157,9 +167,7 @@ def test_killed_worker_loses_its_leases_and_the_other_takes_over(serve, pg_url: 
     # no same-host shortcut: the takeover must come from lease expiry
     procs = start_workers(pg_url, 2, fleet_config(tmp_path, "same_host_pid_check = false\n"),
                           delay=0.15)
-    victim, victim_id = two_busy_workers(pg_url, procs)
-    theirs = origins_of(pg_url, victim_id)
-    assert theirs
+    victim, victim_id, theirs = two_busy_workers(pg_url, procs)
     victim.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
     victim.wait(10)
@@ -219,8 +227,7 @@ def test_a_frozen_worker_is_fenced_off_and_drops_its_partitions(serve, pg_url: P
     assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
     procs = start_workers(pg_url, 2, fleet_config(tmp_path, "same_host_pid_check = false\n"),
                           delay=0.1)
-    frozen, frozen_id = two_busy_workers(pg_url, procs)
-    theirs = origins_of(pg_url, frozen_id)
+    frozen, frozen_id, theirs = two_busy_workers(pg_url, procs)
     frozen.send_signal(signal.SIGSTOP)
     frozen_at = time.monotonic()
     try:
