@@ -31,6 +31,7 @@ from courtly.config import FleetConfig
 from courtly.errors import one_line
 from courtly.model import LinkState
 from courtly.store.base import ConnectionLost, StoreError, Write
+from courtly.store.bulk import BulkSender
 from courtly.store.sql import SAME_HASH, TAKEABLE, SqlStore, state_after
 
 log = logging.getLogger("courtly")
@@ -177,6 +178,7 @@ class PostgresSql(SqlStore):
         #: write_batch's statements by query, sent with executemany at its end (in pipeline mode)
         self._batch: dict[str, list[tuple[Any, ...]]] | None = None
         self._sql_cache: dict[str, str] = {}
+        self._bulk = BulkSender()
         #: statements sent and round trips waited for (bench/distributed_bench.py reports them)
         self.statements = 0
         self.round_trips = 0
@@ -398,21 +400,19 @@ class PostgresBatches(PostgresSql):
                                      (self.worker, [p for p, _ in leases], [e for _, e in leases]))
                     for w in writes:
                         self._write_rows(w)
-                    # each statement once for all its rows: 3× less of psycopg's time a row
-                    # than one execute each; in the order the statements first came (a crawl
-                    # action's own order holds: only two actions of one URL could see theirs
-                    # interleaved, and an origin has at most one action a batch); an upsert's
-                    # rows in key order (their first value; stable: the last of a key wins),
-                    # so that two workers' batches lock the rows they share (links to the same
-                    # URLs) in the same order instead of deadlocking (a second's wait each)
-                    for query, rows in self._batch.items():
-                        if "ON CONFLICT" in query:
-                            rows.sort(key=_first)
-                        conn.cursor().executemany(query, rows)
-                        self.statements += len(rows)
-                    conn.execute("COMMIT")
                 except psycopg.Error as exc:  # the first error; the pipeline's end reports it too
                     failure = exc
+            if failure is None:
+                # every row, then COMMIT, in one pipeline sent at once (BulkSender); in the
+                # order the statements first came (a crawl action's own order holds: only two
+                # actions of one URL could see theirs interleaved, and an origin has at most
+                # one action a batch); an upsert's rows in key order (their first value;
+                # stable: the last of a key wins), so that two workers' batches lock the rows
+                # they share (links to the same URLs) in the same order instead of deadlocking
+                for query, rows in self._batch.items():
+                    if "ON CONFLICT" in query:
+                        rows.sort(key=_first)
+                self.statements += self._bulk.execute(conn, self._batch.items(), b"COMMIT")
         except psycopg.Error as exc:
             failure = failure or exc
         except BaseException:  # not the database's (a bug, a cancellation): its locks go too
@@ -429,7 +429,7 @@ class PostgresBatches(PostgresSql):
             broken = isinstance(failure, psycopg.OperationalError) and conn.broken
             raise (_lost if broken else _error)(failure, self.path)
         self.statements += 2 + bool(leases)
-        self.round_trips += 1
+        self.round_trips += 2
         for w in writes:
             if w.action is not None:
                 self.seen.put(w.action.candidate.url, state_after(w.action))
@@ -478,13 +478,10 @@ class PostgresBatches(PostgresSql):
         pipeline: one round trip for all (the database thread's 18 a wake each waited for the
         server alone). Any error of the database raises it: the caller asks them one by one."""
         asked = [_Lookup(self, *args) for args in calls]
-        conn = self._live()
-        with conn.pipeline():
-            cursors = [conn.execute(a.sql, a.params) if a.sql else None for a in asked]
+        found = iter(self._bulk.fetch(self._live(), [(a.sql, a.params) for a in asked if a.sql]))
         self.statements += len(calls)
         self.round_trips += 1
-        return [a.answer([] if c is None else c.fetchall())
-                for a, c in zip(asked, cursors, strict=True)]
+        return [a.answer(next(found) if a.sql else []) for a in asked]
 
     def _merge_recent_keys(self) -> None:
         """SqlStore's, in one statement: an INSERT … SELECT then a DELETE would drop the keys
@@ -563,16 +560,27 @@ class PostgresStore(PostgresBatches):
             self._px("UPDATE leases SET worker = NULL, expires = 0 WHERE worker = ANY(%s)",
                      (workers,))
 
-    def fleet(self, host: str) -> tuple[int, list[tuple[str, int]]]:
-        """How many live workers there are, and the unstopped workers recorded on this host."""
-        row = self._px(
-            f"SELECT COUNT(*) FROM workers WHERE stopped IS NULL "
-            f"AND heartbeat > {NOW} - lease_seconds"
-        ).fetchone()
+    def fleet(self, host: str, recent: float) -> tuple[list[str], list[tuple[str, int]]]:
+        """The live workers (a heartbeat within `recent` seconds; sorted), and the unstopped
+        workers recorded on this host."""
+        live = self._px(
+            f"SELECT id FROM workers WHERE stopped IS NULL AND heartbeat > {NOW} - %s "
+            "ORDER BY id", (recent,)).fetchall()
         local = self._px(
             "SELECT id, pid FROM workers WHERE stopped IS NULL AND host = %s", (host,)
         ).fetchall()
-        return int(row[0]), [(str(r[0]), int(r[1])) for r in local]
+        return [str(r[0]) for r in live], [(str(r[0]), int(r[1])) for r in local]
+
+    def partition_loads(self, run: int) -> tuple[dict[int, int], dict[int, str]]:
+        """Each partition's configured origins not finished for this run, and the holder of
+        each unexpired lease."""
+        weights = self._px(
+            "SELECT part, COUNT(*) FROM origins WHERE configured = 1 AND part IS NOT NULL AND "
+            "(finished_run IS NULL OR finished_run <> %s) GROUP BY part", (run,)).fetchall()
+        holders = self._px(
+            f"SELECT part, worker FROM leases WHERE worker IS NOT NULL AND expires > {NOW}"
+        ).fetchall()
+        return ({int(p): int(n) for p, n in weights}, {int(p): str(w) for p, w in holders})
 
     def heartbeat(
         self, worker: str, lease_seconds: float, actions: int
@@ -600,32 +608,31 @@ class PostgresStore(PostgresBatches):
             self._px("UPDATE workers SET busy = %s WHERE id = %s", (int(busy), worker))
 
     def acquire(
-        self, worker: str, run: int, limit: int, lease_seconds: float
+        self, worker: str, run: int, parts: list[int], lease_seconds: float
     ) -> list[tuple[int, int]]:
-        """Lease up to `limit` free or expired partitions (each with a new epoch), and release
-        their QUEUED URLs; returns (partition, epoch) pairs."""
-        if limit <= 0:
+        """Lease those of these partitions that are free or expired (each with a new epoch), and
+        release their QUEUED URLs; returns (partition, epoch) pairs."""
+        if not parts:
             return []
         with self._tx():
             rows = self._px(
-                f"SELECT part FROM leases WHERE worker IS NULL OR expires < {NOW} "
-                f"ORDER BY part LIMIT %s FOR UPDATE SKIP LOCKED",
-                (limit,),
+                f"SELECT part FROM leases WHERE part = ANY(%s) AND (worker IS NULL OR "
+                f"expires < {NOW}) ORDER BY part FOR UPDATE SKIP LOCKED", (parts,),
             ).fetchall()
-            parts = [int(r[0]) for r in rows]
+            free = [int(r[0]) for r in rows]
             taken: list[tuple[int, int]] = []
-            if parts:
+            if free:
                 taken = [(int(p), int(e)) for p, e in self._px(
                     f"UPDATE leases SET worker = %s, expires = {NOW} + %s, epoch = epoch + 1 "
                     "WHERE part = ANY(%s) RETURNING part, epoch",
-                    (worker, lease_seconds, parts),
+                    (worker, lease_seconds, free),
                 ).fetchall()]
                 # the previous owner's todo lists and in-flight URLs: taken again by us
                 self._px(
                     "UPDATE candidates SET taken_run = NULL WHERE state = 'QUEUED' "
                     "AND taken_run = %s AND origin IN "
                     "(SELECT origin FROM origins WHERE part = ANY(%s))",
-                    (run, parts),
+                    (run, free),
                 )
         return sorted(taken)
 

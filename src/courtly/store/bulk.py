@@ -1,0 +1,135 @@
+"""Many rows' statements sent to PostgreSQL in one libpq pipeline, flushed once (the fleet's
+write batches; docs/distributed.md).
+
+Written by hand because psycopg's executemany flushes the socket and polls it after every row:
+in the crawl process each poll hands the GIL to the event loop and waits to get it back, which
+made the database thread the slowest part of a worker (bench/RESULTS.md). Here every row goes
+into libpq's buffer, the buffer is sent once and the results are read once, with psycopg's
+documented libpq wrapper (`psycopg.pq`) and adapters (`psycopg.adapt.Transformer`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import select
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors
+from psycopg.adapt import PyFormat, Transformer
+from psycopg.pq import ExecStatus
+
+_PLACEHOLDER = re.compile(r"%(%|s)")
+#: prepared statements' numbers: a name is never used twice in a process (a failed pipeline's
+#: PREPARE may or may not have run; two senders may share a connection)
+_NAMES = itertools.count(1)
+
+
+class BulkSender:
+    """Runs many statements on one connection in one pipeline, preparing each query once."""
+
+    def __init__(self) -> None:
+        self._names: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        self._on: Any = None  # the libpq connection the names were prepared on
+        self._queries: dict[str, bytes] = {}
+
+    def execute(self, conn: psycopg.Connection[Any],
+                statements: Iterable[tuple[str, list[tuple[Any, ...]]]], last: bytes) -> int:
+        """Run each statement (psycopg's %s placeholders) once for each of its rows, then `last`
+        (a COMMIT), in one pipeline; how many rows ran. After every result is read, raises the
+        first error (a psycopg.Error: the rest of the pipeline did not run)."""
+        return len(self._pipeline(conn, ((sql, row) for sql, rows in statements for row in rows),
+                                  last, want=False))
+
+    def fetch(self, conn: psycopg.Connection[Any],
+              queries: list[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+        """Each query's rows, the queries sent in one pipeline; raises the first error."""
+        return self._pipeline(conn, queries, None, want=True)
+
+    def _pipeline(self, conn: psycopg.Connection[Any],
+                  commands: Iterable[tuple[str, Sequence[Any]]], last: bytes | None,
+                  want: bool) -> list[Any]:
+        pg = conn.pgconn
+        if self._on is not pg:
+            self._names, self._on = {}, pg
+        tx = Transformer(conn)
+        new: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        sent = 0
+        pg.enter_pipeline_mode()
+        try:
+            for sql, row in commands:
+                query = self._query(sql)
+                params = tx.dump_sequence(row, [PyFormat.AUTO] * len(row))
+                key = (query, tuple(tx.types or ()))
+                name = self._names.get(key) or new.get(key)
+                if name is None:
+                    name = new[key] = b"courtly_bulk_%d" % next(_NAMES)
+                    pg.send_prepare(name, query, param_types=key[1])
+                pg.send_query_prepared(name, params, param_formats=tx.formats)
+                sent += 1
+            if last is not None:
+                pg.send_query_params(last, None)
+            pg.pipeline_sync()
+            results = _read_to_sync(pg, conn.info.encoding, tx if want else None)
+        finally:
+            if pg.status == psycopg.pq.ConnStatus.OK:
+                pg.exit_pipeline_mode()
+        self._names.update(new)  # prepared: the pipeline ran to its end
+        return results if want else [None] * sent
+
+    def _query(self, sql: str) -> bytes:
+        """psycopg's placeholders to libpq's ($1, $2 …), as bytes."""
+        query = self._queries.get(sql)
+        if query is None:
+            count = 0
+
+            def number(found: re.Match[str]) -> str:
+                nonlocal count
+                if found.group(1) == "%":
+                    return "%"
+                count += 1
+                return f"${count}"
+
+            query = self._queries[sql] = _PLACEHOLDER.sub(number, sql).encode()
+        return query
+
+
+def _read_to_sync(pg: Any, encoding: str, tx: Any) -> list[list[tuple[Any, ...]]]:
+    """Send what libpq holds and read every result up to the pipeline's sync: the rows of each
+    query's result (with a transformer `tx`); raise the first error. The socket is waited on
+    with the GIL released (poll), reading while sending so that neither side's buffer fills
+    up and stalls the other."""
+    socket = pg.socket
+    while pg.flush() == 1:
+        if _wait(socket, select.POLLIN | select.POLLOUT) & select.POLLIN:
+            pg.consume_input()
+    error: psycopg.Error | None = None
+    rows: list[list[tuple[Any, ...]]] = []
+    while True:
+        while pg.is_busy():
+            _wait(socket, select.POLLIN)
+            pg.consume_input()
+        result = pg.get_result()
+        if result is None:  # the end of one statement's results
+            continue
+        status = result.status
+        if status == ExecStatus.PIPELINE_SYNC:
+            break
+        if status == ExecStatus.FATAL_ERROR and error is None:
+            error = errors.error_from_result(result, encoding=encoding)
+        elif status == ExecStatus.TUPLES_OK and tx is not None:  # a PREPARE's is COMMAND_OK
+            tx.set_pgresult(result)
+            rows.append(tx.load_rows(0, result.ntuples, tuple))
+    if error is not None:
+        raise error
+    return rows
+
+
+def _wait(socket: int, events: int) -> int:
+    """The events that happened on the socket, waiting for one of `events` (poll, not select:
+    a crawl's descriptors pass 1024)."""
+    waiting = select.poll()
+    waiting.register(socket, events | select.POLLERR | select.POLLHUP)
+    return sum(event for _, event in waiting.poll())
