@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import math
 import os
 import socket
 import time
@@ -101,7 +100,7 @@ class Worker:
         self._part_cache: dict[str, int] = {}
         self._new_origins: set[str] = set()
         self._unsaved_origins: list[str] = []  # new origins found, written at the next poll
-        self._share = 0  # this worker's fair share of the partitions, at the last poll
+        self._wanted: set[int] = set()  # the partitions planned for this worker at the last poll
         self._busy: bool | None = None
         self._scope: list[str] | None = None
         self._joined = 0.0  # monotonic: when this worker joined (fast polls for a while)
@@ -242,7 +241,7 @@ class Worker:
             # soon as the last origin crawler finishes, or as soon as the partitions being
             # handed back have no turn or write left (a joining worker gets them a poll sooner)
             busy = bool(crawl.turns.crawlers)
-            settled = busy and not self.releasing and len(self.held) >= self._share and (
+            settled = busy and not self.releasing and self._wanted <= self.held and (
                 time.monotonic() > self._joined + 2 * self.interval)
             end = time.monotonic() + (self.interval if settled else min(self.interval, 1.0))
             while time.monotonic() < end and not crawl.turns.stopping:
@@ -262,20 +261,22 @@ class Worker:
 
     def _rebalance(self, running: set[str], held: set[int]) -> None:
         store = self.store
-        live, local = store.fleet(self.host)
+        # live: a heartbeat within half a lease (they come every quarter): a worker whose
+        # leases expire is no longer counted by then, so no partition is planned for it
+        recent = self.lease_seconds / 2
+        live, local = store.fleet(self.host, recent)
         check = self.settings.same_host_pid_check
         dead = [wid for wid, pid in local if check and wid != self.id and not _pid_alive(pid)]
         if dead:  # a worker on this machine was killed: its leases need not wait to expire
             log.warning("workers %s on this host are gone; freeing their leases", dead)
             store.stop_workers(dead)
-            live, _ = store.fleet(self.host)
-        share = self._share = math.ceil(self.partitions / max(1, live))
+            live, _ = store.fleet(self.host, recent)
+        weights, holders = store.partition_loads(self.run)
+        holders.update({p: self.id for p in held})
+        mine = self._wanted = plan_shares(sorted({*live, self.id}), self.partitions, weights,
+                                          holders)[self.id]
         marked = self.releasing  # since an earlier poll: no turn of theirs has started since
-        if len(held) > share:
-            extra = set(sorted(held, reverse=True)[: len(held) - share])
-            self.held, self.releasing = held - extra, extra
-        else:
-            self.held, self.releasing = set(held), set()
+        self.held, self.releasing = held & mine, held - mine
         if self.releasing:
             # hand back only partitions marked before `running` was taken and none of whose
             # origins is still being crawled here (a turn, or a crawl action not committed:
@@ -284,13 +285,41 @@ class Worker:
             free = sorted((self.releasing & marked) - busy_parts)
             store.release(self.id, free)
             self.releasing = self.releasing - set(free)
-        elif len(self.held) < share:
-            gained = dict(store.acquire(self.id, self.run, share - len(self.held),
-                                        self.lease_seconds))
+        wanted = sorted(p for p in mine - held if p not in holders)
+        if wanted:
+            gained = dict(store.acquire(self.id, self.run, wanted, self.lease_seconds))
             if gained:
                 log.info("leased partitions %s", sorted(gained))
                 self.epochs = {**self.epochs, **gained}
                 self.held = self.held | set(gained)
+
+
+def plan_shares(workers: list[str], partitions: int, weights: dict[int, int],
+                holders: dict[int, str]) -> dict[str, set[int]]:
+    """Which partitions each worker should hold: shares of about equal work, where a
+    partition weighs its configured origins (and an empty one a little, so that those are
+    spread too). A partition stays with its live holder unless that takes the holder past the
+    mean by more than half the partition; the others go, heaviest first, to the least loaded
+    worker (ties: the first id). Every worker computes the same plan from the same rows.
+    """
+    weight = {p: weights.get(p, 0) + 1 / (partitions + 1) for p in range(partitions)}
+    target = sum(weight.values()) / max(1, len(workers))
+    load = dict.fromkeys(workers, 0.0)
+    plan: dict[str, set[int]] = {w: set() for w in workers}
+    order = sorted(weight, key=lambda p: (-weight[p], p))
+    left = []
+    for p in order:
+        holder = holders.get(p)
+        if holder in load and load[holder] + weight[p] / 2 <= target:
+            load[holder] += weight[p]
+            plan[holder].add(p)
+        else:
+            left.append(p)
+    for p in left:
+        least = min(workers, key=lambda w: (load[w], w))
+        load[least] += weight[p]
+        plan[least].add(p)
+    return plan
 
 
 def _under_way(crawl: Steering) -> list[str]:
