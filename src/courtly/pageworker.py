@@ -173,6 +173,10 @@ def astuple(page: PageAnalysis) -> tuple[object, ...]:
 
 
 # -- the worker process ------------------------------------------------------------------------
+_WARM_UP = (b"<html><head><title>ready</title></head><body><p>" + b"a warm-up page " * 40
+            + b'<a href="/next">next</a></p></body></html>')
+
+
 def serve(sock: socket.socket) -> None:
     """Answer analysis requests in order until end of file (the crawler closed or died)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the crawler stops us by closing the socket
@@ -186,6 +190,10 @@ def serve(sock: socket.socket) -> None:
             data = stream.read(int.from_bytes(head, "little"))
             if settings is None:
                 settings = pickle.loads(data)
+                # what a first page would load (NumPy, the parser's tables), then "ready": the
+                # crawler's watchdog times pages from here, not from the process's start
+                analyse_page(settings, "http://ready.invalid/", _WARM_UP, "text/html", "")
+                sock.sendall(bytes(_LENGTH))
                 continue
             try:
                 page = analyse_page(settings, *pickle.loads(data))
@@ -227,6 +235,7 @@ class _WorkerChannel(asyncio.Protocol):
         # interrupted from Python, and no guard before parsing knows every slow markup)
         self.max_seconds = max_seconds
         self.too_slow = False  # killed by the watchdog: what it still sends is not read
+        self.starting = True  # until the worker answers its settings: no page is timed yet
         self._began = 0.0
         self._watch: asyncio.TimerHandle | None = None
 
@@ -245,6 +254,7 @@ class _WorkerChannel(asyncio.Protocol):
             answer = bytes(buffer[_LENGTH:end])
             del buffer[:end]
             future = self.waiting.popleft()
+            self.starting = False
             self._began = self.loop.time()  # the next page's turn
             if not future.done():  # a cancelled page's answer is dropped
                 future.set_result(answer)
@@ -255,6 +265,8 @@ class _WorkerChannel(asyncio.Protocol):
         if self.closed or not self.waiting:
             return
         due = self._began + self.max_seconds
+        if self.starting:  # the process is still starting (a slow machine: seconds)
+            due = self.loop.time() + self.max_seconds
         if self.loop.time() < due:
             self._watch = self.loop.call_at(due, self._check)
             return
@@ -284,12 +296,12 @@ class _WorkerChannel(asyncio.Protocol):
         assert self.transport is not None
         data = pickle.dumps(message, protocol=5)
         self.transport.write(len(data).to_bytes(_LENGTH, "little") + data)
-        if isinstance(message, PageSettings):
-            return None
         future: asyncio.Future[bytes] = self.loop.create_future()
         if not self.waiting:
             self._began = self.loop.time()
-        self.waiting.append(future)
+        self.waiting.append(future)  # the settings' answer: the worker is ready
+        if isinstance(message, PageSettings):
+            return None
         if self._watch is None:
             self._watch = self.loop.call_at(self._began + self.max_seconds, self._check)
         return future
