@@ -470,8 +470,11 @@ class SqlRecords(NearDupIndex, SqlReads):
             (url, action.content_hash, started, action.content, action.exchange),
         )
         # the row kept is an older fetch: a revisit of it; a cursor that saw this fetch's row
-        # written (SQLite; a PostgreSQL batch reads none) saves the look-up, 21,000 instructions
-        if action.exchange is not None and (kept is None or kept.rowcount != 1):
+        # written (SQLite; a PostgreSQL batch reads none) saves the look-up, 21,000 instructions,
+        # and so does a first crawl (no fetch of it was kept: a crawl action writes its content
+        # and its candidate's exit code together)
+        if action.exchange is not None and action.candidate.exit_code is not None and (
+                kept is None or kept.rowcount != 1):
             self._x(
                 "INSERT INTO revisits (url, fetched, exchange, refers_to, refers_to_date) "
                 "SELECT ?, ?, ?, url, fetched FROM content WHERE url = ? AND fetched <> ? "
