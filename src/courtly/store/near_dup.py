@@ -32,7 +32,7 @@ def _sharing_a_key_alone(indexed: int, recent: int) -> str:
     )
 
 
-_KEY_ROWS = "near_dup_recent (key, candidate, sketch) VALUES "  # the INSERT's table and rows
+_KEY_ROWS = " (key, candidate, sketch) VALUES "  # the INSERT's columns and rows
 #: no bucket full (most pages)
 _NONE_FULL: frozenset[int] = frozenset()
 
@@ -70,10 +70,21 @@ class NearDupIndex:
         def _cell(self, table: str, column: str, row: str, convert: Callable[[Any], Any],
                   value: Any) -> Any: ...
 
+    #: a page's band keys go to near_dup_recent, merged into near_dup_keys in key order (a
+    #: SQLite commit writes every page of the B-tree that a key dirties), or straight into
+    #: near_dup_keys (PostgreSQL writes a dirtied page at checkpoints, not at commits: staging
+    #: wrote each key twice, 37 % of a crawl's WAL; bench/RESULTS.md)
+    keys_staged = True
+
+    @functools.cached_property
+    def _keys_table(self) -> str:
+        return "near_dup_recent" if self.keys_staged else "near_dup_keys"
+
     @functools.cached_property
     def _insert_keys(self) -> str:
         """A page's band keys in one statement."""
-        return self.insert_ignoring.format(_KEY_ROWS + ", ".join(["(?, ?, ?)"] * dedup.BANDS))
+        return self.insert_ignoring.format(
+            self._keys_table + _KEY_ROWS + ", ".join(["(?, ?, ?)"] * dedup.BANDS))
 
     @functools.cached_property
     def _crowded(self) -> dict[bytes, frozenset[int]]:
@@ -153,7 +164,8 @@ class NearDupIndex:
         pages is not added (a lookup compares no more).
 
         The keys go to near_dup_recent, a small table whose pages stay in the cache, moved into
-        near_dup_keys in key order every dedup.RECENT keys (_merge_recent_keys).
+        near_dup_keys in key order every dedup.RECENT keys (_merge_recent_keys); or, unless
+        keys_staged, straight to near_dup_keys.
 
         A page crawled before may have a signature: its keys are replaced. A first crawl has none
         to read (a second worker crawling it after a lost lease only leaves unused keys).
@@ -187,7 +199,7 @@ class NearDupIndex:
         added = [key for key in keys if key not in crowded]
         if not added:
             return
-        recent = self._recent_keys  # counted before this page's keys are
+        recent = self._recent_keys if self.keys_staged else None  # counted before these are
         if (newer := self._recent_filter) is not None:
             newer.add(added)
         if (merged := self._index_filter) is not None:
@@ -196,8 +208,10 @@ class NearDupIndex:
         if len(added) == dedup.BANDS:
             self._x(self._insert_keys, [v for key in added for v in (key, candidate, sketch)])
         else:
-            self._xmany(self.insert_ignoring.format(_KEY_ROWS + "(?, ?, ?)"),
+            self._xmany(self.insert_ignoring.format(self._keys_table + _KEY_ROWS + "(?, ?, ?)"),
                         [(key, candidate, sketch) for key in added])
+        if recent is None:
+            return
         recent[0] += len(added)
         # merged when they are RECENT and a 1 / RECENT_SHARE of the index: a merge writes about
         # every page of the index, so a key costs as many page writes whatever the index's size

@@ -165,6 +165,7 @@ class PostgresSql(SqlStore):
     """SqlStore's statements on one psycopg connection, reconnected with backoff when lost."""
 
     shared = True
+    keys_staged = False
 
     def __init__(self, url: str, retry_seconds: float = FleetConfig().reconnect_seconds) -> None:
         self.url = url
@@ -482,14 +483,6 @@ class PostgresBatches(PostgresSql):
         self.statements += len(calls)
         self.round_trips += 1
         return [a.answer(next(found) if a.sql else []) for a in asked]
-
-    def _merge_recent_keys(self) -> None:
-        """SqlStore's, in one statement: an INSERT … SELECT then a DELETE would drop the keys
-        another worker commits between the two. In a write batch it is sent at once, before the
-        batch's own keys (they wait for the next merge)."""
-        self._px("WITH moved AS (DELETE FROM near_dup_recent RETURNING key, candidate, sketch) "
-                 "INSERT INTO near_dup_keys (key, candidate, sketch) SELECT key, candidate, "
-                 "sketch FROM moved ORDER BY key ON CONFLICT DO NOTHING")
 
     def valid_leases(self, leases: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Which of these (partition, epoch) leases are still this worker's, unexpired."""
