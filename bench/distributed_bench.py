@@ -16,7 +16,8 @@ delay (the crawler and the database, not the delay, are the limit). For each it 
   (found by their application_name, sampled every 0.1 s), not the other clients of a shared
   server; the machine's CPU use (all cores, every process: the machine may be shared);
 - pages per worker, and the largest deviation from their mean: over the whole crawl, and
-  while every worker crawls (from the last one's first action to the first one's last).
+  while every worker crawls (from the last one's first action to the first one's last); when
+  each worker's first action came after the first worker's, and its last before the crawl's.
 
 Needs the PostgreSQL server of the tests (COURTLY_TEST_POSTGRES, default 127.0.0.1:5432/test).
 """
@@ -177,6 +178,8 @@ def summary(mode: str, log: list[tuple[str, float, float, str | None]], m: Measu
         "spread": max(abs(s - mean) for s in shares) / mean,
         "steady": sorted(steady, reverse=True), "steady_span": max(0.0, hi - lo),
         "steady_spread": max(abs(s - steady_mean) for s in steady) / max(1e-9, steady_mean),
+        "starts": sorted(starts[w] - first for w in per_worker),
+        "ends": sorted(last - ends[w] for w in per_worker),
     }
 
 
@@ -229,7 +232,9 @@ def row(r: dict[str, Any], base: float | None) -> str:
             f"| {opt(r['round_trips'])} | {r['crawl_cpu_ms']:.2f} | {r['pg_cpu_ms']:.2f} "
             f"| {100 * r['machine']:.0f}% | {', '.join(map(str, r['shares']))} "
             f"| ±{100 * r['spread']:.0f}% | {', '.join(map(str, r['steady']))} in "
-            f"{r['steady_span']:.1f} s | ±{100 * r['steady_spread']:.0f}% |")
+            f"{r['steady_span']:.1f} s | ±{100 * r['steady_spread']:.0f}% "
+            f"| {', '.join(f'{t:.1f}' for t in r['starts'])} "
+            f"| {', '.join(f'{t:.1f}' for t in r['ends'])} |")
 
 
 def main() -> None:
@@ -251,8 +256,9 @@ def main() -> None:
           f"concurrency {args.concurrency}; PostgreSQL at {BASE}; {time.strftime('%H:%M UTC')}")
     print("| mode | pages | URLs | URLs twice | pages/s | × SQLite | statements/page "
           "| round trips/page | crawl CPU ms/page | postgres CPU ms/page | machine CPU "
-          "| pages per worker | spread | pages per worker while all crawl | spread |")
-    print("|" + " --- |" * 15)
+          "| pages per worker | spread | pages per worker while all crawl | spread "
+          "| first action (s after the first worker's) | last action (s before the crawl's end) |")
+    print("|" + " --- |" * 17)
     with tempfile.TemporaryDirectory(prefix="courtly-dbench-") as tmp, \
             nginx_mod.Nginx(site_dir, args.origins, args.base_port):
         work = Path(tmp)

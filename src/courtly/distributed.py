@@ -235,15 +235,18 @@ class Worker:
             if plan.done:
                 crawl.finish()
                 return
-            # poll again after the interval (within a second when idle, while the shares
-            # move, and for two intervals after joining, when workers started together are
-            # still registering: the first would keep every partition an interval longer), as
-            # soon as the last origin crawler finishes, or as soon as the partitions being
-            # handed back have no turn or write left (a joining worker gets them a poll sooner)
+            # poll again after the interval; within a second when idle; within a quarter of
+            # one while the shares move (partitions to hand back or to take) and for two
+            # intervals after joining, when workers started together are still registering
+            # (the first takes every partition and hands the others theirs a poll later: each
+            # poll's wait is a wait for a worker with nothing to crawl); as soon as the last
+            # origin crawler finishes, or as soon as the partitions being handed back have no
+            # turn or write left (the joining worker gets them a poll sooner)
             busy = bool(crawl.turns.crawlers)
-            settled = busy and not self.releasing and self._wanted <= self.held and (
-                time.monotonic() > self._joined + 2 * self.interval)
-            end = time.monotonic() + (self.interval if settled else min(self.interval, 1.0))
+            moving = bool(self.releasing) or not self._wanted <= self.held or (
+                time.monotonic() < self._joined + 2 * self.interval)
+            wait = min(self.interval, 0.25) if moving else (self.interval if busy else 1.0)
+            end = time.monotonic() + min(self.interval, wait)
             while time.monotonic() < end and not crawl.turns.stopping:
                 crawl.turns.revoke(self.holds)
                 if busy and all(c.finished for c in crawl.turns.crawlers.values()):
