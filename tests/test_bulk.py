@@ -137,3 +137,19 @@ def test_a_socket_past_1024_is_waited_on(pg_url: PgUrl) -> None:
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_statements_deallocated_by_psycopg_are_prepared_again(
+        conn: psycopg.Connection[Any]) -> None:
+    """psycopg sends DEALLOCATE ALL after a ROLLBACK: the next pipeline fails with the
+    statement's name unknown, and the one after prepares it again."""
+    sender = BulkSender()
+    query = [("SELECT %s::int + 1", [1])]
+    assert sender.fetch(conn, query) == [[(2,)]]
+    conn.execute("DEALLOCATE ALL")
+    with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+        sender.fetch(conn, query)
+    assert sender.fetch(conn, query) == [[(2,)]]
+    sender.forget()  # told beforehand (the store does at each ROLLBACK): no failure at all
+    conn.execute("DEALLOCATE ALL")
+    assert sender.fetch(conn, query) == [[(2,)]]

@@ -225,6 +225,23 @@ def test_a_batch_that_raises_leaves_no_transaction_open(pg_url: PgUrl,
         store.close()
 
 
+def test_a_batch_after_psycopg_deallocated_its_statements_is_sent_again(pg_url: PgUrl) -> None:
+    """A ROLLBACK makes psycopg deallocate every prepared statement of the connection, the
+    write batches' too (a frozen worker's refused batch did, and its next batch failed): the
+    batch that finds its statements gone is sent again."""
+    origin = "http://a.example"
+    store = PostgresStore(pg_url)
+    try:
+        store.add_origins([origin])
+        assert store.write_batch([Write(links=[Link(f"{origin}/a", origin, 1, 0.5)])]) == []
+        store._live().execute("DEALLOCATE ALL")
+        assert store.write_batch([Write(links=[Link(f"{origin}/b", origin, 1, 0.5)])]) == []
+        assert {r["url"] for r in rows(pg_url, "SELECT url FROM candidates")} == {
+            f"{origin}/a", f"{origin}/b"}
+    finally:
+        store.close()
+
+
 def test_two_batches_upsert_shared_links_in_one_order(pg_url: PgUrl,
                                                      caplog: pytest.LogCaptureFixture) -> None:
     """Two workers' batches that link to the same URLs lock them in the same order (the URLs'),

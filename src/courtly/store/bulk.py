@@ -73,11 +73,18 @@ class BulkSender:
                 pg.send_query_params(last, None)
             pg.pipeline_sync()
             results = _read_to_sync(pg, conn.info.encoding, tx if want else None)
+        except errors.InvalidSqlStatementName:  # gone: psycopg sends DEALLOCATE ALL after a
+            self.forget()  # ROLLBACK; prepared again next time
+            raise
         finally:
             if pg.status == psycopg.pq.ConnStatus.OK:
                 pg.exit_pipeline_mode()
         self._names.update(new)  # prepared: the pipeline ran to its end
         return results if want else [None] * sent
+
+    def forget(self) -> None:
+        """The connection's prepared statements are gone (or about to go): prepare again."""
+        self._names = {}
 
     def _query(self, sql: str) -> bytes:
         """psycopg's placeholders to libpq's ($1, $2 …), as bytes."""

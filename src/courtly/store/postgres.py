@@ -87,8 +87,9 @@ ANY_KEY = ("SELECT 'k', NULL, NULL, NULL FROM unnest(%s::bigint[]) AS k(key) WHE
 STATES = ("SELECT 's', c.url, c.state, c.score FROM unnest(%s::text[]) AS u(url) CROSS JOIN "
           "LATERAL (SELECT url, state, score FROM candidates WHERE url = u.url LIMIT 1) AS c")
 
-#: deadlock, serialization failure: the batch was rolled back and is sent again
-_CONFLICTS = frozenset({"40P01", "40001"})
+#: deadlock, serialization failure, a prepared statement gone (psycopg deallocates every one
+#: after a ROLLBACK): the batch was rolled back and is sent again
+_CONFLICTS = frozenset({"40P01", "40001", "26000"})
 _CONFLICT_RETRIES = 10
 
 
@@ -331,6 +332,7 @@ class PostgresSql(SqlStore):
             yield
         except BaseException:
             self._in_tx = False
+            self._bulk.forget()  # psycopg deallocates every prepared statement after a ROLLBACK
             if not conn.broken and not conn.closed:
                 with suppress(psycopg.Error):
                     conn.execute("ROLLBACK")
@@ -438,6 +440,7 @@ class PostgresBatches(PostgresSql):
     def _roll_back(self, conn: psycopg.Connection[Any]) -> None:
         """A batch failed: nothing of it stays, not even its open transaction's locks."""
         self.rolled_back()
+        self._bulk.forget()  # psycopg deallocates every prepared statement after a ROLLBACK
         if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
             with suppress(psycopg.Error):
                 conn.execute("ROLLBACK")
