@@ -36,12 +36,13 @@ class BulkSender:
         self._queries: dict[str, bytes] = {}
 
     def execute(self, conn: psycopg.Connection[Any],
-                statements: Iterable[tuple[str, list[tuple[Any, ...]]]], last: bytes) -> int:
-        """Run each statement (psycopg's %s placeholders) once for each of its rows, then `last`
-        (a COMMIT), in one pipeline; how many rows ran. After every result is read, raises the
-        first error (a psycopg.Error: the rest of the pipeline did not run)."""
+                statements: Iterable[tuple[str, list[tuple[Any, ...]]]], last: bytes,
+                first: bytes | None = None) -> int:
+        """Run `first` (a BEGIN), each statement (psycopg's %s placeholders) once for each of its
+        rows, then `last` (a COMMIT), in one pipeline; how many rows ran. After every result is
+        read, raises the first error (a psycopg.Error: the rest of the pipeline did not run)."""
         return len(self._pipeline(conn, ((sql, row) for sql, rows in statements for row in rows),
-                                  last, want=False))
+                                  last, want=False, first=first))
 
     def fetch(self, conn: psycopg.Connection[Any],
               queries: list[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
@@ -50,7 +51,7 @@ class BulkSender:
 
     def _pipeline(self, conn: psycopg.Connection[Any],
                   commands: Iterable[tuple[str, Sequence[Any]]], last: bytes | None,
-                  want: bool) -> list[Any]:
+                  want: bool, first: bytes | None = None) -> list[Any]:
         pg = conn.pgconn
         if self._on is not pg:
             self._names, self._on = {}, pg
@@ -59,6 +60,8 @@ class BulkSender:
         sent = 0
         pg.enter_pipeline_mode()
         try:
+            if first is not None:
+                pg.send_query_params(first, None)
             for sql, row in commands:
                 query = self._query(sql)
                 params = tx.dump_sequence(row, [PyFormat.AUTO] * len(row))

@@ -73,6 +73,9 @@ BEGIN
 END $$"""
 
 
+#: the fence's call in a write batch (its arrays as literals: `_array`)
+_FENCE_CALL = "SELECT courtly_fence(%s, %s::integer[], %s::bigint[])"
+
 #: does any of these band keys (%s, an array) have a page: one probe per key of the index and of
 #: the recent keys (`key = ANY(keys) LIMIT 1` is planned as a scan of the whole table while the
 #: table has no statistics, as in a crawl's first minutes: 2 ms a page at 30,000 keys, and
@@ -395,27 +398,26 @@ class PostgresBatches(PostgresSql):
         self._in_tx, self._batch = True, {}
         failure: psycopg.Error | None = None
         try:
-            with conn.pipeline():
-                try:
-                    conn.execute("BEGIN")
-                    if leases:
-                        conn.execute("SELECT courtly_fence(%s, %s, %s)",
-                                     (self.worker, [p for p, _ in leases], [e for _, e in leases]))
-                    for w in writes:
-                        self._write_rows(w)
-                except psycopg.Error as exc:  # the first error; the pipeline's end reports it too
-                    failure = exc
+            try:
+                for w in writes:  # collected; a read among them (a recrawl's old signature)
+                    self._write_rows(w)  # runs now, before the transaction
+            except psycopg.Error as exc:
+                failure = exc
             if failure is None:
-                # every row, then COMMIT, in one pipeline sent at once (BulkSender); in the
-                # order the statements first came (a crawl action's own order holds: only two
-                # actions of one URL could see theirs interleaved, and an origin has at most
-                # one action a batch); an upsert's rows in key order (their first value;
-                # stable: the last of a key wins), so that two workers' batches lock the rows
-                # they share (links to the same URLs) in the same order instead of deadlocking
+                # BEGIN, the fence, every row, COMMIT in one pipeline sent at once (BulkSender);
+                # the statements in the order they first came (a crawl action's own order
+                # holds: only two actions of one URL could see theirs interleaved, and an origin
+                # has at most one action a batch); an upsert's rows in key order (their first
+                # value; stable: the last of a key wins), so that two workers' batches lock the
+                # rows they share (links to the same URLs) in the same order instead of
+                # deadlocking
                 for query, rows in self._batch.items():
                     if "ON CONFLICT" in query:
                         rows.sort(key=_first)
-                self.statements += self._bulk.execute(conn, self._batch.items(), b"COMMIT")
+                fence = [(_FENCE_CALL, [(self.worker, _array(str(p) for p, _ in leases),
+                                         _array(str(e) for _, e in leases))])] if leases else []
+                self.statements += self._bulk.execute(
+                    conn, [*fence, *self._batch.items()], b"COMMIT", first=b"BEGIN")
         except psycopg.Error as exc:
             failure = failure or exc
         except BaseException:  # not the database's (a bug, a cancellation): its locks go too
@@ -431,8 +433,8 @@ class PostgresBatches(PostgresSql):
                 raise _Conflict(one_line(failure))
             broken = isinstance(failure, psycopg.OperationalError) and conn.broken
             raise (_lost if broken else _error)(failure, self.path)
-        self.statements += 2 + bool(leases)
-        self.round_trips += 2
+        self.statements += 2
+        self.round_trips += 1
         for w in writes:
             if w.action is not None:
                 self.seen.put(w.action.candidate.url, state_after(w.action))
