@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import math
 import os
 import socket
 import time
@@ -101,6 +102,8 @@ class Worker:
         self._new_origins: set[str] = set()
         self._unsaved_origins: list[str] = []  # new origins found, written at the next poll
         self._wanted: set[int] = set()  # the partitions planned for this worker at the last poll
+        self._weights: dict[int, int] = {}  # the partitions' origins (plan_shares' weights)
+        self._weighed = -math.inf  # monotonic: when they were counted
         self._busy: bool | None = None
         self._scope: list[str] | None = None
         self._joined = 0.0  # monotonic: when this worker joined (fast polls for a while)
@@ -274,10 +277,12 @@ class Worker:
             log.warning("workers %s on this host are gone; freeing their leases", dead)
             store.stop_workers(dead)
             live, _ = store.fleet(self.host, recent)
-        weights, holders = store.partition_loads(self.run)
-        holders.update({p: self.id for p in held})
-        mine = self._wanted = plan_shares(sorted({*live, self.id}), self.partitions, weights,
-                                          holders)[self.id]
+        now = time.monotonic()
+        if now >= self._weighed + self.interval:  # a count over every origin: not each poll
+            self._weights, self._weighed = store.partition_weights(self.run), now
+        holders = {**store.lease_holders(), **dict.fromkeys(held, self.id)}
+        mine = self._wanted = plan_shares(sorted({*live, self.id}), self.partitions,
+                                          self._weights, holders)[self.id]
         marked = self.releasing  # since an earlier poll: no turn of theirs has started since
         self.held, self.releasing = held & mine, held - mine
         if self.releasing:

@@ -569,16 +569,19 @@ class PostgresStore(PostgresBatches):
         ).fetchall()
         return [str(r[0]) for r in live], [(str(r[0]), int(r[1])) for r in local]
 
-    def partition_loads(self, run: int) -> tuple[dict[int, int], dict[int, str]]:
-        """Each partition's configured origins not finished for this run, and the holder of
-        each unexpired lease."""
-        weights = self._px(
+    def partition_weights(self, run: int) -> dict[int, int]:
+        """Each partition's configured origins not finished for this run."""
+        rows = self._px(
             "SELECT part, COUNT(*) FROM origins WHERE configured = 1 AND part IS NOT NULL AND "
             "(finished_run IS NULL OR finished_run <> %s) GROUP BY part", (run,)).fetchall()
-        holders = self._px(
+        return {int(p): int(n) for p, n in rows}
+
+    def lease_holders(self) -> dict[int, str]:
+        """The holder of each unexpired lease."""
+        rows = self._px(
             f"SELECT part, worker FROM leases WHERE worker IS NOT NULL AND expires > {NOW}"
         ).fetchall()
-        return ({int(p): int(n) for p, n in weights}, {int(p): str(w) for p, w in holders})
+        return {int(p): str(w) for p, w in rows}
 
     def heartbeat(
         self, worker: str, lease_seconds: float, actions: int
