@@ -153,3 +153,17 @@ def test_statements_deallocated_by_psycopg_are_prepared_again(
     sender.forget()  # told beforehand (the store does at each ROLLBACK): no failure at all
     conn.execute("DEALLOCATE ALL")
     assert sender.fetch(conn, query) == [[(2,)]]
+
+
+def test_a_value_no_adapter_takes_leaves_the_connection_usable(
+        conn: psycopg.Connection[Any]) -> None:
+    """A row that cannot be sent (a bug: a value psycopg cannot adapt) raises, nothing of the
+    batch is committed, and the connection is out of pipeline mode and usable."""
+    conn.execute("BEGIN")
+    with pytest.raises(psycopg.ProgrammingError):
+        BulkSender().execute(conn, [(INSERT, [(1, "a", 1.0, None, None),
+                                              (2, object(), 1.0, None, None)])], b"COMMIT")
+    assert conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+    conn.execute("ROLLBACK")
+    assert table(conn) == []
+    assert conn.execute("SELECT 1").fetchone() == (1,)

@@ -14,6 +14,7 @@ import itertools
 import re
 import select
 from collections.abc import Iterable, Sequence
+from contextlib import suppress
 from typing import Any
 
 import psycopg
@@ -58,6 +59,7 @@ class BulkSender:
         tx = Transformer(conn)
         new: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
         sent = 0
+        synced = False
         pg.enter_pipeline_mode()
         try:
             if first is not None:
@@ -75,12 +77,17 @@ class BulkSender:
             if last is not None:
                 pg.send_query_params(last, None)
             pg.pipeline_sync()
+            synced = True
             results = _read_to_sync(pg, conn.info.encoding, tx if want else None)
         except errors.InvalidSqlStatementName:  # gone: psycopg sends DEALLOCATE ALL after a
             self.forget()  # ROLLBACK; prepared again next time
             raise
         finally:
             if pg.status == psycopg.pq.ConnStatus.OK:
+                if not synced:  # stopped while queueing (a value no adapter takes: a bug)
+                    with suppress(psycopg.Error):  # what was queued ends, and the connection
+                        pg.pipeline_sync()  # is usable again
+                        _read_to_sync(pg, conn.info.encoding, None)
                 pg.exit_pipeline_mode()
         self._names.update(new)  # prepared: the pipeline ran to its end
         return results if want else [None] * sent
