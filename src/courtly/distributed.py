@@ -248,7 +248,7 @@ class Worker:
             busy = bool(crawl.turns.crawlers)
             moving = bool(self.releasing) or not self._wanted <= self.held or (
                 time.monotonic() < self._joined + 2 * self.interval)
-            wait = min(self.interval, 0.25) if moving else (self.interval if busy else 1.0)
+            wait = 0.25 if moving else (self.interval if busy else 1.0)
             end = time.monotonic() + min(self.interval, wait)
             while time.monotonic() < end and not crawl.turns.stopping:
                 crawl.turns.revoke(self.holds)

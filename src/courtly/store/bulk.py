@@ -42,17 +42,19 @@ class BulkSender:
         """Run `first` (a BEGIN), each statement (psycopg's %s placeholders) once for each of its
         rows, then `last` (a COMMIT), in one pipeline; how many rows ran. After every result is
         read, raises the first error (a psycopg.Error: the rest of the pipeline did not run)."""
-        return len(self._pipeline(conn, ((sql, row) for sql, rows in statements for row in rows),
-                                  last, want=False, first=first))
+        return self._pipeline(conn, ((sql, row) for sql, rows in statements for row in rows),
+                              last, want=False, first=first)[0]
 
     def fetch(self, conn: psycopg.Connection[Any],
               queries: list[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
         """Each query's rows, the queries sent in one pipeline; raises the first error."""
-        return self._pipeline(conn, queries, None, want=True)
+        return self._pipeline(conn, queries, None, want=True)[1]
 
     def _pipeline(self, conn: psycopg.Connection[Any],
                   commands: Iterable[tuple[str, Sequence[Any]]], last: bytes | None,
-                  want: bool, first: bytes | None = None) -> list[Any]:
+                  want: bool, first: bytes | None = None,
+                  ) -> tuple[int, list[list[tuple[Any, ...]]]]:
+        """How many commands ran, and (if `want`) each one's rows."""
         pg = conn.pgconn
         if self._on is not pg:
             self._names, self._on = {}, pg
@@ -90,7 +92,7 @@ class BulkSender:
                         _read_to_sync(pg, conn.info.encoding, None)
                 pg.exit_pipeline_mode()
         self._names.update(new)  # prepared: the pipeline ran to its end
-        return results if want else [None] * sent
+        return sent, results
 
     def forget(self) -> None:
         """The connection's prepared statements are gone (or about to go): prepare again."""
@@ -120,13 +122,13 @@ def _read_to_sync(pg: Any, encoding: str, tx: Any) -> list[list[tuple[Any, ...]]
     up and stalls the other."""
     socket = pg.socket
     while pg.flush() == 1:
-        if _wait(socket, select.POLLIN | select.POLLOUT) & select.POLLIN:
+        if wait_for(socket, select.POLLIN | select.POLLOUT) & select.POLLIN:
             pg.consume_input()
     error: psycopg.Error | None = None
     rows: list[list[tuple[Any, ...]]] = []
     while True:
         while pg.is_busy():
-            _wait(socket, select.POLLIN)
+            wait_for(socket, select.POLLIN)
             pg.consume_input()
         result = pg.get_result()
         if result is None:  # the end of one statement's results
@@ -144,9 +146,9 @@ def _read_to_sync(pg: Any, encoding: str, tx: Any) -> list[list[tuple[Any, ...]]
     return rows
 
 
-def _wait(socket: int, events: int) -> int:
-    """The events that happened on the socket, waiting for one of `events` (poll, not select:
-    a crawl's descriptors pass 1024)."""
+def wait_for(socket: int, events: int, seconds: float | None = None) -> int:
+    """The events that happened on the socket, waiting for one of `events` at most `seconds`
+    (0: none happened in time); poll, not select: a crawl's descriptors pass 1024."""
     waiting = select.poll()
     waiting.register(socket, events | select.POLLERR | select.POLLHUP)
-    return sum(event for _, event in waiting.poll())
+    return sum(event for _, event in waiting.poll(None if seconds is None else seconds * 1000))

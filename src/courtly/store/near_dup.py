@@ -76,7 +76,7 @@ class NearDupIndex:
     #: wrote each key twice, 37 % of a crawl's WAL; bench/RESULTS.md)
     keys_staged = True
 
-    @functools.cached_property
+    @property
     def _keys_table(self) -> str:
         return "near_dup_recent" if self.keys_staged else "near_dup_keys"
 

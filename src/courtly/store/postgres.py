@@ -31,7 +31,7 @@ from courtly.config import FleetConfig
 from courtly.errors import one_line
 from courtly.model import LinkState
 from courtly.store.base import ConnectionLost, StoreError, Write
-from courtly.store.bulk import BulkSender
+from courtly.store.bulk import BulkSender, wait_for
 from courtly.store.sql import SAME_HASH, TAKEABLE, SqlStore, state_after
 
 log = logging.getLogger("courtly")
@@ -180,7 +180,7 @@ class PostgresSql(SqlStore):
         self._in_tx = False
         self._idle_ms = 5000  # idle_in_transaction_session_timeout
         self._session: list[str] = []  # settings made again on a new connection
-        #: write_batch's statements by query, sent with executemany at its end (in pipeline mode)
+        #: write_batch's statements by query, sent by the BulkSender at its end (one pipeline)
         self._batch: dict[str, list[tuple[Any, ...]]] | None = None
         self._sql_cache: dict[str, str] = {}
         self._bulk = BulkSender()
@@ -793,15 +793,13 @@ def _hands_sessions_on(conn: psycopg.Connection[Any],
     try:  # asked by hand (libpq), to wait no more than a second
         pgconn = other.pgconn
         pgconn.send_query(b"SELECT pg_backend_pid()")
-        readable = select.poll()  # not select(): a crawl's descriptors pass 1024
-        readable.register(pgconn.socket, select.POLLIN)
         deadline = time.monotonic() + 1.0
         while True:
             pgconn.consume_input()
             if not pgconn.is_busy():
                 break
             left = deadline - time.monotonic()
-            if left <= 0 or not readable.poll(left * 1000):
+            if left <= 0 or not wait_for(pgconn.socket, select.POLLIN, left):
                 return False
         result = pgconn.get_result()
         theirs = None if result is None or result.ntuples != 1 else result.get_value(0, 0)
