@@ -60,15 +60,25 @@ def load(site: Path, files: Path | None, count: int) -> list[tuple[str, bytes, b
 def run(args: argparse.Namespace) -> None:
     """Analyse the pages (in this process: the tree is on sys.path)."""
     from courtly.config import CrawlConfig
-    from courtly.pageworker import PageSettings, analyse_page
     from courtly.robots import product_token
+
+    try:
+        from courtly.analysis import PageSettings, analyse_page
+    except ImportError:  # before the worker's side had a module of its own
+        from courtly.pageworker import PageSettings, analyse_page  # type: ignore[no-redef]
 
     config = CrawlConfig()
     limits = config.limits
-    older = "dedup" not in inspect.signature(PageSettings).parameters  # 59faee6 took dedup.near
+    params = inspect.signature(PageSettings).parameters
+    if "min_words" in params:  # plain settings (urls.Rules)
+        from courtly.urls import Rules
+
+        dedup: tuple[object, ...] = (config.dedup.near, config.dedup.min_words,
+                                     Rules.of(config.normalize))
+    else:  # 59faee6 took dedup.near, later trees the [dedup] section
+        dedup = (config.dedup.near if "dedup" not in params else config.dedup, config.normalize)
     settings = PageSettings(product_token(config.user_agent), limits.max_links_per_page,
-                            limits.max_parse_size, config.dedup.near if older else config.dedup,
-                            config.normalize, config.store_content, anchors=False)
+                            limits.max_parse_size, *dedup, config.store_content, anchors=False)
     exchanges = "exchange" in inspect.signature(analyse_page).parameters
 
     def analyse(url: str, body: bytes, exchange: bytes) -> None:

@@ -6,10 +6,11 @@ import gzip
 import json
 from pathlib import Path
 
+from courtly.analysis import PageSettings, analyse_page
 from courtly.config import CrawlConfig
 from courtly.model import CrawlAction, ExitCode, Link
-from courtly.pageworker import PageSettings, analyse_page
 from courtly.store.sqlite import SqliteStore
+from courtly.urls import Rules
 
 DATA = Path(__file__).parent / "data" / "near_dup"
 PAIRS = json.loads((DATA / "pairs.json").read_text())
@@ -19,7 +20,8 @@ def signature(path: str) -> bytes | None:
     """The near-duplicate signature the page worker computes for this page."""
     config = CrawlConfig()
     settings = PageSettings("courtly", config.limits.max_links_per_page,
-                            config.limits.max_parse_size, config.dedup, config.normalize, False)
+                            config.limits.max_parse_size, config.dedup.near,
+                            config.dedup.min_words, Rules.of(config.normalize), False)
     body = gzip.decompress((DATA / f"{path}.gz").read_bytes())
     return analyse_page(settings, f"http://docs.test/{path}", body, "text/html", "").near_signature
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -14,18 +15,18 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from courtly.config import Dedup, Normalize
-from courtly.pageworker import (
+from courtly.analysis import (
     STORED_EXCHANGE,
     PageAnalysis,
     PageSettings,
-    PageWorker,
-    TooComplex,
     analyse_page,
     compress_exchange,
 )
+from courtly.config import Normalize
+from courtly.pageworker import PageWorker, TooComplex
 from courtly.parse import parse_html
 from courtly.site import Page, html
+from courtly.urls import Rules
 from tests.conftest import candidates, courtly, rows
 
 URL = "http://127.0.0.1:8000/dir/page.html"
@@ -43,7 +44,7 @@ PAGES = [
 
 
 def settings(near: bool = True) -> PageSettings:
-    return PageSettings("courtly", 5000, 4 * 1024 * 1024, Dedup(near=near), Normalize(),
+    return PageSettings("courtly", 5000, 4 * 1024 * 1024, near, 50, Rules.of(Normalize()),
                         compress=True)
 
 
@@ -205,11 +206,14 @@ def test_the_worker_exits_when_the_crawler_is_killed(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import asyncio, sys, time
         sys.path[:0] = {sys.path!r}
-        from courtly.config import Dedup, Normalize
-        from courtly.pageworker import PageSettings, PageWorker
+        from courtly.analysis import PageSettings
+        from courtly.config import Normalize
+        from courtly.pageworker import PageWorker
+        from courtly.urls import Rules
 
         async def main():
-            worker = PageWorker(PageSettings("courtly", 10, 1000, Dedup(), Normalize(), False), 1)
+            worker = PageWorker(PageSettings("courtly", 10, 1000, True, 50,
+                                             Rules.of(Normalize()), False), 1)
             await worker.analyse("http://a.test/", b"<a href=x>x</a>", None, "")
             print(worker._conn.proc.pid, flush=True)
             time.sleep(60)
@@ -280,6 +284,18 @@ def test_the_crawl_process_loads_no_page_analysis_or_other_backend_libraries() -
             "& {'numpy', 'psycopg', 'aiohttp'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_page_worker_loads_neither_the_configuration_nor_asyncio() -> None:
+    """The worker process imports `analysis` and unpickles plain settings: pydantic, the
+    configuration and asyncio cost its every start a tenth of a second of CPU."""
+    code = ("import pickle, sys, courtly.analysis as a; s = pickle.loads(sys.stdin.buffer.read()); "
+            "page = a.analyse_page(s, 'http://a.test/x/', b'<base href=/y/><a href=b>b</a>', "
+            "'text/html', ''); print(page.links[0][0], sorted({m.split('.')[0] for m in "
+            "sys.modules} & {'pydantic', 'asyncio'}), 'courtly.config' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(settings()),
+                         capture_output=True, check=True)
+    assert out.stdout.decode().split() == ["http://a.test/y/b", "[]", "False"]
 
 
 def test_a_crawl_without_serve_loads_neither_the_view_nor_aiohttp(serve, tmp_path: Path) -> None:

@@ -27,9 +27,9 @@ import pytest
 import zstandard
 
 from courtly import dedup
+from courtly.analysis import compress
 from courtly.distributed import partition_key, partition_of
 from courtly.model import CrawlAction, ExitCode, Link, LinkState
-from courtly.pageworker import compress
 from courtly.site import Page, html
 from courtly.store import StoreError, open_store
 from courtly.store.base import Write

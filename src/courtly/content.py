@@ -1,7 +1,7 @@
 """What a response's body yields once outcome.read said what it is: a redirect's target, a file's
 fingerprint, a sitemap's URLs, or an HTML page (directives, canonical, duplicates, content, links).
 
-The page's CPU work runs in the page worker (pageworker.py); the duplicate look-ups are the
+The page's CPU work runs in the page worker (analysis.py); the duplicate look-ups are the
 store's; the links go through links.py. The exit code may change here (NOT_CANONICAL, NOINDEX,
 DUPLICATE_CONTENT, TOO_MANY_REDIRECTS, OK for a sitemap).
 """
@@ -11,23 +11,18 @@ from __future__ import annotations
 from collections.abc import Awaitable
 
 from courtly import dedup, sitemaps
+from courtly.analysis import PageAnalysis, PageSettings, compress_exchange
 from courtly.config import CrawlConfig
 from courtly.fetch import FetchError, HttpResponse
 from courtly.links import Links, request_of
 from courtly.model import CrawlAction, ExitCode
 from courtly.outcome import Next, Reading, is_page, too_many_redirects
-from courtly.pageworker import (
-    PageAnalysis,
-    PageSettings,
-    PageWorker,
-    SentPage,
-    TooComplex,
-    compress_exchange,
-)
+from courtly.pageworker import PageWorker, SentPage, TooComplex
 from courtly.robots import product_token
 from courtly.store.database import Database
 from courtly.strategy import CrawlingStrategy
 from courtly.strategy import Response as StrategyResponse
+from courtly.urls import Rules
 
 
 class ContentReader:
@@ -43,8 +38,9 @@ class ContentReader:
         limits = config.limits
         self.pages = PageWorker(  # parse_html and links, in a worker process (pageworker.py)
             PageSettings(product_token(config.user_agent), limits.max_links_per_page,
-                         limits.max_parse_size, config.dedup, config.normalize,
-                         config.store_content, anchors=not links.base_handlers),
+                         limits.max_parse_size, config.dedup.near, config.dedup.min_words,
+                         Rules.of(config.normalize), config.store_content,
+                         anchors=not links.base_handlers),
             config.parse_workers, limits.max_parse_seconds,
         )
 

@@ -127,9 +127,9 @@ class CrawlAction:
     etag: str | None = None
     last_modified: str | None = None
     content_hash: str | None = None
-    content: bytes | None = None  # the body zstd-compressed (pageworker.compress), when kept
+    content: bytes | None = None  # the body zstd-compressed (analysis.compress), when kept
     #: the request head as sent and the response head as received, in one zstd frame
-    #: (pageworker.compress_exchange), kept with the content or with a revisit
+    #: (analysis.compress_exchange), kept with the content or with a revisit
     exchange: bytes | None = None
     #: the URL whose kept page this response revisits: its own (304) or an exact duplicate's
     revisit_of: str | None = None

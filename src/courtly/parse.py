@@ -10,16 +10,11 @@ from types import ModuleType
 
 from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser
 
-from courtly.config import Limits
-
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
 _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?([a-zA-Z0-9_.:-]+)""", re.I)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
          (codecs.BOM_UTF16_BE, "utf-16-be"))
 
-#: HTML past this many bytes is not parsed (a DOM costs 10-30 times the HTML it is built from):
-#: `[limits] max_parse_size`
-MAX_PARSE_BYTES: int = Limits.model_fields["max_parse_size"].default
 _MAX_ANCHOR = 1000  # characters of anchor text kept per link
 #: pages with at most this many "<" (an ordinary page of up to ~350 KB) are parsed as they are,
 #: with no guard to pay: lexbor parses the worst markup that many tags allow (nested `<div>`,
@@ -110,6 +105,15 @@ def robots_directives(value: str, token: str) -> tuple[bool, bool]:
 
 
 @functools.cache
+def _default_max_bytes() -> int:
+    """`[limits] max_parse_size`'s default, read on first use: the page worker, which is always
+    given its limit, does not load the configuration."""
+    from courtly.config import Limits
+
+    return int(Limits.model_fields["max_parse_size"].default)
+
+
+@functools.cache
 def _nesting() -> ModuleType:
     """courtly.nesting, imported on first use: the crawl process does not load NumPy."""
     from courtly import nesting
@@ -132,7 +136,7 @@ def parse_html(
     token: str,
     max_links: int,
     want_text: bool = False,
-    max_bytes: int = MAX_PARSE_BYTES,
+    max_bytes: int | None = None,
     want_anchors: bool = True,
 ) -> ParsedPage:
     """Extract links, base href, canonical, meta robots, title and (optionally) text.
@@ -140,10 +144,13 @@ def parse_html(
     want_anchors: the links' anchor texts ("" when not wanted: 15 µs of a page's 380 in the page
     worker, on the benchmark's pages).
 
-    Time and memory are bounded: only the first max_bytes of the body are parsed, a page with
+    Time and memory are bounded: only the first max_bytes of the body are parsed (a DOM costs
+    10-30 times the HTML it is built from; None: `[limits] max_parse_size`'s default), a page with
     more than PARSE_AS_IS tags that may nest deeper than nesting.MAX_NESTING is flattened,
     at most max_links links are kept.
     """
+    if max_bytes is None:
+        max_bytes = _default_max_bytes()
     page = ParsedPage(truncated=len(body) > max_bytes)
     html = utf8(body[:max_bytes], content_type)
     # enough tags to nest deeper than lexbor parses quickly? A page of fewer bytes has fewer

@@ -13,11 +13,11 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import can_ada
 
-from courtly.config import Normalize
 from courtly.patterns import glob_to_regex
 
 if TYPE_CHECKING:
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PORTS",
+    "NormalizeRules",
+    "Rules",
     "authority_key",
     "host_of",
     "normalize",
@@ -37,7 +39,56 @@ __all__ = [
     "split_url",
 ]
 
-_DEFAULT_OPTS = Normalize()
+
+
+class NormalizeRules(Protocol):
+    """What normalization reads of the [normalize] settings: config.Normalize, or `Rules`."""
+
+    @property
+    def sort_query(self) -> bool: ...
+    @property
+    def remove_params(self) -> Sequence[str]: ...
+    @property
+    def session_params(self) -> Sequence[str]: ...
+    @property
+    def drop_fragment(self) -> bool: ...
+    @property
+    def collapse_slashes(self) -> bool: ...
+    @property
+    def drop_index(self) -> bool: ...
+    @property
+    def drop_trailing_slash(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """A plain copy of the [normalize] settings: the page worker unpickles it without importing
+    pydantic and the configuration (a tenth of a second of its start)."""
+
+    sort_query: bool
+    remove_params: tuple[str, ...]
+    session_params: tuple[str, ...]
+    drop_fragment: bool
+    collapse_slashes: bool
+    drop_index: bool
+    drop_trailing_slash: bool
+
+    @classmethod
+    def of(cls, opts: NormalizeRules) -> Rules:
+        """The copy of these settings."""
+        return cls(opts.sort_query, tuple(opts.remove_params), tuple(opts.session_params),
+                   opts.drop_fragment, opts.collapse_slashes, opts.drop_index,
+                   opts.drop_trailing_slash)
+
+
+@functools.cache
+def _defaults() -> NormalizeRules:
+    """The default [normalize] settings, loaded on first use (the page worker never asks)."""
+    from courtly.config import Normalize
+
+    return Normalize()
+
+
 #: the port of an http(s) URL that names none
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _HTTP = ("https://", "http://")
@@ -120,7 +171,7 @@ def _normalize_query(query: str, sort: bool, remover: re.Pattern[str] | None) ->
     return query
 
 
-def _normalize_path(path: str, opts: Normalize) -> str:
+def _normalize_path(path: str, opts: NormalizeRules) -> str:
     """Apply the optional path switches until the path no longer changes (keeps idempotence)."""
     while True:
         before = path
@@ -144,14 +195,15 @@ def _href(url: str, base: str | None) -> str | None:
         return None
 
 
-def normalize(url: str, base: str | None = None, opts: Normalize | None = None) -> str | None:
+def normalize(url: str, base: str | None = None,
+              opts: NormalizeRules | None = None) -> str | None:
     """Resolve url against base (WHATWG rules) and normalize; None if not a valid http(s) URL."""
     href = _href(url, base)
-    return None if href is None else _clean(href, _DEFAULT_OPTS if opts is None else opts)
+    return None if href is None else _clean(href, _defaults() if opts is None else opts)
 
 
 def normalize_links(
-    urls: Sequence[str], base: str, opts: Normalize | None = None
+    urls: Sequence[str], base: str, opts: NormalizeRules | None = None
 ) -> list[str | None]:
     """[normalize(url, base, opts) for url in urls], for a page's links: faster.
 
@@ -164,7 +216,7 @@ def normalize_links(
         parsed = can_ada.parse(base)
     except (ValueError, TypeError):
         return [None] * len(urls)
-    opts = _DEFAULT_OPTS if opts is None else opts
+    opts = _defaults() if opts is None else opts
     plain = not (opts.collapse_slashes or opts.drop_index or opts.drop_trailing_slash)
     page: str | None = ""  # what "#…" resolves to (None: resolve each), worked out when first met
     out: list[str | None] = []
@@ -190,7 +242,7 @@ def normalize_links(
     return out
 
 
-def _in_page(parsed: can_ada.URL, opts: Normalize) -> str | None:
+def _in_page(parsed: can_ada.URL, opts: NormalizeRules) -> str | None:
     """What every link "#…" on the page resolves to (fragments dropped), or None if not so."""
     if not opts.drop_fragment:
         return None
@@ -200,7 +252,7 @@ def _in_page(parsed: can_ada.URL, opts: Normalize) -> str | None:
         return None
 
 
-def _clean(href: str, opts: Normalize) -> str | None:
+def _clean(href: str, opts: NormalizeRules) -> str | None:
     """The rules WHATWG does not apply, on ada's serialization; None if not http(s)."""
     if not href.startswith(_HTTP):
         return None
@@ -220,7 +272,7 @@ def _clean(href: str, opts: Normalize) -> str | None:
     query_at = href.find("?", path_start)
     if query_at >= 0:
         path, query = href[path_start:query_at], href[query_at + 1 :]
-        remover = _param_remover(tuple(opts.remove_params + opts.session_params))
+        remover = _param_remover((*opts.remove_params, *opts.session_params))
         if query and (opts.sort_query or remover is not None):
             query = _normalize_query(query, opts.sort_query, remover)
             query_part = "?" + query if query else ""
