@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser
+from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser, LexborNode
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
 _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?([a-zA-Z0-9_.:-]+)""", re.I)
@@ -121,15 +121,6 @@ def _nesting() -> ModuleType:
     return nesting
 
 
-def _first_href(tree: LexborHTMLParser, tag: str, rel: str | None = None) -> str | None:
-    """The stripped href of the first `tag` element with an href (and `rel` among its rels)."""
-    for node in tree.tags(tag):
-        attrs = node.attributes
-        if "href" in attrs and (rel is None or rel in (attrs.get("rel") or "").lower().split()):
-            return (attrs.get("href") or "").strip()
-    return None
-
-
 def parse_html(
     body: bytes,
     content_type: str | None,
@@ -161,35 +152,57 @@ def parse_html(
         if tags > PARSE_AS_IS:
             html = _nesting().flattened(html)
     tree = LexborHTMLParser(html)
+    root = tree.root
+    # every element read, in document order, in one walk of the tree: a tags() call walks it
+    # all (40 us on a Rust documentation page), and there were eight
+    nodes = _selector().find(_READ, root) if root is not None else []
     links = page.links
-    # tags() walks the tree in C; a CSS selector cost more than the parse (bench/RESULTS.md)
-    anchors = tree.css("a[href], area[href]") if tree.tags("area") else tree.tags("a")
-    for node in anchors:  # in document order
-        attrs = node.attributes
-        if "href" not in attrs:
-            continue
-        if len(links) >= max_links:
-            break
-        rel = attrs.get("rel")  # usually absent
-        nofollow = rel is not None and "nofollow" in rel.lower().split()
-        text = node.text(strip=True)[:_MAX_ANCHOR] if want_anchors and node.tag == "a" else ""
-        links.append((attrs.get("href") or "", text, nofollow))
-    page.base = _first_href(tree, "base")
-    page.canonical = _first_href(tree, "link", rel="canonical")
     robot_names = ("robots", token)
-    for node in tree.tags("meta"):
-        attrs = node.attributes
-        if "content" in attrs and (attrs.get("name") or "").strip().lower() in robot_names:
-            noindex, nofollow = robots_directives(attrs.get("content") or "", token)
-            page.noindex |= noindex
-            page.nofollow |= nofollow
-    titles = tree.tags("title")
-    if titles:
-        page.title = titles[0].text(strip=True)[:1000]
+    mains: list[LexborNode] = []
+    articles: list[LexborNode] = []
+    for node in nodes:
+        tag = node.tag
+        if tag == "a" or tag == "area":
+            attrs = node.attributes
+            if "href" not in attrs or len(links) >= max_links:
+                continue
+            rel = attrs.get("rel")  # usually absent
+            nofollow = rel is not None and "nofollow" in rel.lower().split()
+            text = node.text(strip=True)[:_MAX_ANCHOR] if want_anchors and tag == "a" else ""
+            links.append((attrs.get("href") or "", text, nofollow))
+        elif tag == "meta":
+            attrs = node.attributes
+            if "content" in attrs and (attrs.get("name") or "").strip().lower() in robot_names:
+                noindex, nofollow = robots_directives(attrs.get("content") or "", token)
+                page.noindex |= noindex
+                page.nofollow |= nofollow
+        elif tag == "title":
+            if page.title is None:
+                page.title = node.text(strip=True)[:1000]
+        elif tag == "main":
+            mains.append(node)
+        elif tag == "article":
+            articles.append(node)
+        elif tag == "base":
+            if page.base is None:
+                page.base = _href(node)
+        elif page.canonical is None:  # a <link>
+            rels = (node.attributes.get("rel") or "").lower().split()
+            page.canonical = _href(node) if "canonical" in rels else None
     if want_text:
-        page.text = main_text(tree)
+        page.text = main_text(tree, mains, articles)
     return page
 
+
+def _href(node: LexborNode) -> str | None:
+    """The stripped href of an element, None if it has none."""
+    attrs = node.attributes
+    return (attrs.get("href") or "").strip() if "href" in attrs else None
+
+
+#: the elements parse_html reads (in document order: the first base, canonical link and title
+#: count, and the links keep their order)
+_READ = "a, area, base, link, meta, title, main, article"
 
 #: what is not a page's own content when it does not mark its main content
 _CHROME = ["nav", "header", "footer", "aside", "form", "script", "style", "noscript", "template"]
@@ -202,12 +215,14 @@ def _selector() -> LexborCSSSelector:
     return LexborCSSSelector()  # type: ignore[no-untyped-call]  # its stub lacks "-> None"
 
 
-def main_text(tree: LexborHTMLParser) -> str:
+def main_text(tree: LexborHTMLParser, mains: list[LexborNode],
+              articles: list[LexborNode]) -> str:
     """The text of the page's main content, what near-duplicates are judged on (not its chrome).
 
-    The `<main>` element; else its `<article>` elements; else the element with role=main; else
-    the body without its navigation, header, footer, asides, forms, scripts and styles (the
-    tree loses them: call this last). No query first for whether the page marks anything at
+    The first `<main>` element; else the `<article>` elements; else the element with role=main;
+    else the body without its navigation, header, footer, asides, forms, scripts and styles (the
+    tree loses them: call this last). mains, articles: the page's, found by parse_html's walk.
+    No query first for whether the page marks anything at
     all: it cost more than it saved (main_text took 35,000 instructions more a page on the
     benchmark's pages, which mark nothing, and 63,000 more on real ones). Nor a search of the
     raw bytes: a missed `b"<nav" in html` costs 12,000-16,000 instructions on a 5 KB page, a
@@ -216,10 +231,8 @@ def main_text(tree: LexborHTMLParser) -> str:
     body, root = tree.body, tree.root
     if body is None or root is None:
         return ""
-    mains = tree.tags("main")
     if mains:
         return mains[0].text(separator=" ", strip=True)
-    articles = tree.tags("article")
     if articles:
         return " ".join(node.text(separator=" ", strip=True) for node in articles)
     roles = _selector().find(_ROLE_MAIN, root)
