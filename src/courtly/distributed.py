@@ -344,6 +344,7 @@ def run_worker(
     for each in (store, polls):
         each.set_idle_timeout(idle)
     store.commit_lazily()  # the crawl's writes; leases and heartbeats are committed durably
+    store.ensure_partitions(fleet.partitions)  # the crawl's rows name theirs
     worker = Worker(polls, fleet, continuous)
     store.worker = worker.id
     crawler = Crawler(config, store, strategy, on_progress=on_progress, fleet=worker)

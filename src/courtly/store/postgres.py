@@ -198,10 +198,12 @@ class PostgresSql(SqlStore):
         self._app_name: dict[str, Any] = {} if "application_name" in self._conninfo else {
             "application_name": f"courtly:{self.schema or ''}"}
         self._parts: dict[str, int] = {}  # the partition of each origin written
-        #: the crawl's partition count (0: not known yet; fixed when a worker first joins)
-        self.partitions = 0
         self._connect(first=True)
         self._migrate()
+        #: the crawl's partition count (0: none yet; fixed when a worker first joins), as read
+        #: at the start, by ensure_partitions, or by a write of links while there was none
+        self.partitions = 0
+        self._learn_partitions()
 
     # -- connection ------------------------------------------------------------------------
     def _connect(self, first: bool = False) -> psycopg.Connection[Any]:
@@ -383,16 +385,15 @@ class PostgresSql(SqlStore):
         gives those rows theirs)."""
         part = self._parts.get(origin)
         if part is None:
-            if not self.partitions and not self._learn_partitions():
+            if not self.partitions:
                 return -1
             part = self._parts[origin] = partition_of(origin, self.partitions)
         return part
 
     def _learn_partitions(self) -> int:
-        """The crawl's partition count, asked again while it is not known (0: no worker has
-        joined yet). In a transaction the lease rows are locked against their creation first:
-        rows it writes with part -1 are committed before the first worker gives them their
-        partition (ensure_partitions)."""
+        """The crawl's partition count, asked (again) while it has none. In a transaction the
+        lease rows are locked against their creation first: rows it writes with part -1 are
+        committed before the first worker gives them their partition (ensure_partitions)."""
         if self._in_tx and self._batch is None:
             self._px("LOCK TABLE leases IN SHARE MODE")
         self.partitions = int(self._px("SELECT COUNT(*) FROM leases").fetchone()[0])
