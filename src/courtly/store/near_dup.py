@@ -183,18 +183,18 @@ class NearDupIndex:
         """
         old = None
         if crawled_before:
-            old = self._x(self._OLD_SIGNATURE, (candidate, *part)).fetchone()
+            old = self._x(self._OLD_SIGNATURE, (candidate,) + part).fetchone()
         if old is not None:
             try:
                 keys = dedup.band_keys(_signature(old[0]))
             except ValueError:  # damaged: its keys are found by candidate instead
                 for table in ("near_dup_keys", "near_dup_recent"):
-                    self._x(self._KEYS_OF.format(table), (candidate, *part))
+                    self._x(self._KEYS_OF.format(table), (candidate,) + part)
             else:
                 for table in ("near_dup_keys", "near_dup_recent"):
                     self._xmany(self._KEY_OF.format(table),
-                                [(key, candidate, *part) for key in keys])
-        self._x(self._SIGNATURE, (candidate, signature, *part))
+                                [(key, candidate) + part for key in keys])
+        self._x(self._SIGNATURE, (candidate, signature) + part)
         crowded = self._crowded.pop(signature, None)
         if not indexed:
             return
@@ -212,11 +212,11 @@ class NearDupIndex:
         sketch = dedup.sketch(signature)
         if len(added) == dedup.BANDS:
             self._x(self._insert_keys,
-                    [v for key in added for v in (key, candidate, sketch, *part)])
+                    [v for key in added for v in (key, candidate, sketch) + part])
         else:
             self._xmany(
                 self.insert_ignoring.format(self._keys_table + self._KEY_ROWS + self._KEY_ROW),
-                [(key, candidate, sketch, *part) for key in added])
+                [(key, candidate, sketch) + part for key in added])
         if recent is None:
             return
         recent[0] += len(added)

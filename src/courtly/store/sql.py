@@ -375,7 +375,7 @@ class SqlReads(SqlBase):
                 yield StoredRevisit(str(url), 0.0, b"", "", 0.0, b"")
 
     def candidate(self, url: str) -> dict[str, Any] | None:
-        row = self._x(self._CANDIDATE, (*self._url_part_param(url), url)).fetchone()
+        row = self._x(self._CANDIDATE, self._url_part_param(url) + (url,)).fetchone()
         if row is None:
             return None
         record = dict(zip(EXPORT_COLUMNS, row, strict=True))
@@ -439,12 +439,12 @@ class SqlRecords(NearDupIndex, SqlReads):
         took before has been recorded: what is still NOT_CRAWLED, QUEUED or due is not taken.
         """
         part = self._part_param(origin)
-        rows = self._x(self._RETRIED_TODO, (*part, origin, run, limit)).fetchall()
+        rows = self._x(self._RETRIED_TODO, part + (origin, run, limit)).fetchall()
         if len(rows) < limit:
-            rows += self._x(self._FRESH_TODO, (*part, origin, limit - len(rows))).fetchall()
+            rows += self._x(self._FRESH_TODO, part + (origin, limit - len(rows))).fetchall()
         if len(rows) < limit:
             rows += self._x(
-                self._DUE_TODO, (*part, origin, now, run, limit - len(rows))).fetchall()
+                self._DUE_TODO, part + (origin, now, run, limit - len(rows))).fetchall()
         try:  # the conversions raise on a damaged row (cheaper than checking each value)
             return [
                 Candidate(i, url, int(depth), float(score), etag, modified, content_hash,
@@ -469,13 +469,13 @@ class SqlRecords(NearDupIndex, SqlReads):
         part = self._part_param(action.origin)
         self._x(
             self._LOG,
-            (*part, run, c.url, action.origin, action.started, action.elapsed,
-             str(action.exit_code), action.http_status, action.content_type,
-             action.content_length, action.detail, self.worker),
+            part + (run, c.url, action.origin, action.started, action.elapsed,
+                    str(action.exit_code), action.http_status, action.content_type,
+                    action.content_length, action.detail, self.worker),
         )
         if action.retry:
             self._x(self._RETRY, (str(action.exit_code), action.http_status, action.detail,
-                                  c.id, *part))
+                                  c.id) + part)
         else:
             self._x(
                 self._CRAWLED,
@@ -483,13 +483,13 @@ class SqlRecords(NearDupIndex, SqlReads):
                  action.http_status, action.etag, action.last_modified,
                  action.content_hash, action.content_type, action.content_length,
                  action.redirect_target, action.canonical, action.duplicate_of,
-                 action.detail, action.recrawl_interval, c.id, *part),
+                 action.detail, action.recrawl_interval, c.id) + part,
             )
         if action.near_signature is not None:
             self._save_signature(c.id, action.near_signature, c.exit_code is not None,
                                  action.exit_code == ExitCode.OK, part)
         if action.redirect_target is not None and action.http_status is not None:
-            self._x(self._REDIRECT, (*part, c.url, action.redirect_target, action.http_status,
+            self._x(self._REDIRECT, part + (c.url, action.redirect_target, action.http_status,
                                      action.started))
         if action.content is not None and action.content_hash is not None:
             self._keep(action, part)
@@ -507,7 +507,7 @@ class SqlRecords(NearDupIndex, SqlReads):
         url, started = action.candidate.url, action.started
         kept = self._x(
             self._CONTENT,
-            (*part, url, action.content_hash, started, action.content, action.exchange),
+            part + (url, action.content_hash, started, action.content, action.exchange),
         )
         # the row kept is an older fetch: a revisit of it; a cursor that saw this fetch's row
         # written (SQLite; a PostgreSQL batch reads none) saves the look-up, 21,000 instructions,
@@ -516,14 +516,14 @@ class SqlRecords(NearDupIndex, SqlReads):
         if action.exchange is not None and action.candidate.exit_code is not None and (
                 kept is None or kept.rowcount != 1):
             self._x(self._REVISIT_KEPT,
-                    (*part, url, started, action.exchange, *part, url, started))
+                    part + (url, started, action.exchange) + part + (url, started))
 
     def _revisit(self, action: CrawlAction, original: str, part: tuple[int, ...]) -> None:
         """Record a response as a revisit of the page kept for `original`, or of what that URL's
         last revisit refers to (a 304 of a duplicate); neither: there is nothing to refer to."""
         theirs = self._url_part_param(original)
-        self._x(self._REVISIT_OF, (*part, action.candidate.url, action.started, action.exchange,
-                                   *theirs, original, *theirs, original))
+        self._x(self._REVISIT_OF, part + (action.candidate.url, action.started, action.exchange)
+                + theirs + (original,) + theirs + (original,))
 
     def rolled_back(self) -> None:
         """The near-duplicate index's counts and filters are read again, too."""
