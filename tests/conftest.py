@@ -20,6 +20,7 @@ from courtly import clock
 from courtly.cli import main
 from courtly.site import LocalSite, Page
 from courtly.store.postgres import conninfo_and_schema
+from courtly.store.schema import HOT_TABLES
 from tests.pgserver import PgUrl, crawl_schema, pg_rows, postgres_server, require
 
 ROBOTS_TEXT = {"Content-Type": "text/plain"}
@@ -83,6 +84,29 @@ def time_moved(seconds: float) -> dict[str, str]:
 #: the tests that make a database of an older schema
 UNDO_MIGRATIONS_11_12 = ("ALTER TABLE near_dup_keys DROP COLUMN sketch",
                          "DROP TABLE near_dup_recent", "DROP TABLE near_dup_filter")
+#: migration 13 undone on PostgreSQL (dropping `part` drops the keys that name it); SQLite's
+#: schema has nothing of it
+UNDO_MIGRATION_13 = (
+    *(f"ALTER TABLE {table} DROP COLUMN part" for table in HOT_TABLES),
+    "ALTER TABLE candidates ADD PRIMARY KEY (id), ADD UNIQUE (url)",
+    "ALTER TABLE crawl_log ADD PRIMARY KEY (id)",
+    "ALTER TABLE content ADD PRIMARY KEY (url)",
+    "ALTER TABLE redirects ADD PRIMARY KEY (url)",
+    "ALTER TABLE revisits ADD PRIMARY KEY (url, fetched)",
+    "ALTER TABLE near_dup ADD PRIMARY KEY (candidate)",
+    "ALTER TABLE near_dup_keys ADD CONSTRAINT near_dup_keys_6_pkey PRIMARY KEY (key, candidate)",
+    "ALTER TABLE near_dup_recent ADD PRIMARY KEY (key, candidate)",
+    "CREATE INDEX cand_fresh ON candidates (origin, score DESC, id, url, depth, state) "
+    "WHERE state = 'NOT_CRAWLED'",
+    "CREATE INDEX cand_queued ON candidates (origin, taken_run) WHERE state = 'QUEUED'",
+    "CREATE INDEX cand_due ON candidates (origin, next_due) WHERE state IN ('CRAWLED', 'ERROR')",
+    "CREATE INDEX crawl_log_url ON crawl_log (url)",
+)
+
+
+def undo_migration_13(db: Path | str) -> tuple[str, ...]:
+    """The statements that take a database of schema 13 back to 12 (but its version)."""
+    return UNDO_MIGRATION_13 if str(db).startswith("postgresql://") else ()
 #: every band key of the near-duplicate index, merged or still recent (a subquery)
 BAND_KEYS = ("(SELECT key, candidate FROM near_dup_keys UNION ALL "
              "SELECT key, candidate FROM near_dup_recent) AS k")

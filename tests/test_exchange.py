@@ -11,7 +11,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from courtly.site import Page, html
 from courtly.store.schema import MIGRATIONS
-from tests.conftest import UNDO_MIGRATIONS_11_12, courtly, execute, rows
+from tests.conftest import UNDO_MIGRATIONS_11_12, courtly, execute, rows, undo_migration_13
 from tests.hostile_server import HostileServer, routes
 
 BACKENDS = ("sqlite", "postgres")  # the `db` tests run on both (tests/conftest.py)
@@ -54,7 +54,8 @@ def test_a_database_of_schema_8_opens_and_crawls(serve, db: Any, tmp_path: Path)
     site = serve({"one": {"/": Page(html("Home", ["/a"])), "/a": Page(html("A", []))}})
     origin = site.origins["one"]
     assert courtly("crawl", site.url("one"), "--db", db, "--min-delay", "0").status == 0
-    execute(db, "ALTER TABLE content DROP COLUMN exchange", "DROP TABLE revisits",
+    execute(db, *undo_migration_13(db),
+            "ALTER TABLE content DROP COLUMN exchange", "DROP TABLE revisits",
             "ALTER TABLE leases DROP COLUMN epoch",  # added by migration 10
             *UNDO_MIGRATIONS_11_12,
             "UPDATE schema_version SET version = 8")  # as schema 8 left it

@@ -7,13 +7,14 @@ import time
 from pathlib import Path
 
 from courtly.model import Link
+from courtly.store.keyed import keyed
 from courtly.store.schema import MIGRATIONS
 from courtly.store.sql import FRESH_TODO
 from courtly.store.sqlite import SqliteStore
 from tests.conftest import UNDO_MIGRATIONS_11_12
 
 ORG = "http://a.test"
-FRESH_QUERY = "EXPLAIN QUERY PLAN " + FRESH_TODO  # the store's own statement
+FRESH_QUERY = "EXPLAIN QUERY PLAN " + keyed(FRESH_TODO, False)  # SQLite's own statement
 
 
 def fill(path: Path, n: int) -> None:

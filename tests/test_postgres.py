@@ -28,7 +28,6 @@ import zstandard
 
 from courtly import dedup
 from courtly.analysis import compress
-from courtly.distributed import partition_key, partition_of
 from courtly.model import CrawlAction, ExitCode, Link, LinkState
 from courtly.site import Page, html
 from courtly.store import StoreError, open_store
@@ -42,6 +41,7 @@ from courtly.store.postgres import (
     database_exists,
 )
 from courtly.store.schema import MIGRATIONS
+from courtly.urls import partition_key, partition_of
 from tests.conftest import courtly, courtly_process, fetched_paths, rows
 from tests.pgserver import PgUrl
 
@@ -130,8 +130,8 @@ def test_the_near_duplicate_probe_reads_the_index_before_any_statistics(pg_url: 
     conninfo, schema = conninfo_and_schema(pg_url)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {schema}")
-        conn.execute("INSERT INTO near_dup_keys (key, candidate) "
-                     "SELECT g * 7919, g FROM generate_series(1, 30000) AS g")
+        conn.execute("INSERT INTO near_dup_keys (key, candidate, part) "
+                     "SELECT g * 7919, g, g % 64 FROM generate_series(1, 30000) AS g")
         plan = conn.execute("EXPLAIN " + ANY_KEY, ([1, 2, 3, 4, 5, 6, 7, 8],)).fetchall()
     shown = "\n".join(r[0] for r in plan)
     assert "Seq Scan on near_dup_keys" not in shown and "near_dup_keys_6_pkey" in shown, shown
@@ -149,15 +149,18 @@ def test_a_pages_link_states_are_read_by_index_with_a_plan_made_on_an_empty_tabl
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {schema}")
         conn.execute("SET plan_cache_mode = force_generic_plan")  # the plan a prepared one keeps
-        prepared = conn.pgconn.exec_(  # the simple protocol: $1 is PREPARE's own parameter
-            ("PREPARE states(text[]) AS " + STATES.replace("%s", "$1")).encode())
+        prepared = conn.pgconn.exec_(  # the simple protocol: $1, $2 are PREPARE's parameters
+            ("PREPARE states(integer[], text[]) AS "
+             + STATES.replace("%s", "$1", 1).replace("%s", "$2")).encode())
         assert prepared.status == psycopg.pq.ExecStatus.COMMAND_OK, prepared.error_message
-        assert conn.execute("EXECUTE states('{http://a.example/1}')").fetchall() == []  # planned
-        conn.execute("INSERT INTO candidates (url, origin) SELECT 'http://a.example/' || g, "
-                     "'http://a.example' FROM generate_series(1, 30000) AS g")
-        plan = conn.execute("EXPLAIN EXECUTE states('{http://a.example/7}')").fetchall()
-        found = conn.execute(
-            "EXECUTE states('{http://a.example/7,http://a.example/none}')").fetchall()
+        assert conn.execute(  # planned
+            "EXECUTE states('{5}', '{http://a.example/1}')").fetchall() == []
+        conn.execute("INSERT INTO candidates (part, url, origin) SELECT 5, "
+                     "'http://a.example/' || g, 'http://a.example' "
+                     "FROM generate_series(1, 30000) AS g")
+        plan = conn.execute("EXPLAIN EXECUTE states('{5}', '{http://a.example/7}')").fetchall()
+        found = conn.execute("EXECUTE states('{5,5}', "
+                             "'{http://a.example/7,http://a.example/none}')").fetchall()
     shown = "\n".join(r[0] for r in plan)
     assert "Seq Scan on candidates" not in shown and "candidates_url_key" in shown, shown
     assert [(kind, url) for kind, url, _, _ in found] == [("s", "http://a.example/7")]
@@ -187,7 +190,7 @@ def test_a_redirect_chain_is_walked_by_index_with_a_plan_made_on_an_empty_table(
             ("PREPARE chain(text) AS " + statement.replace("?", "$1")).encode())
         assert prepared.status == psycopg.pq.ExecStatus.COMMAND_OK, prepared.error_message
         assert conn.execute("EXECUTE chain('http://a.example/x')").fetchall() == []  # planned
-        conn.execute("INSERT INTO redirects (url, target, status, seen) SELECT "
+        conn.execute("INSERT INTO redirects (part, url, target, status, seen) SELECT 0, "
                      "'http://a.example/r' || g, 'http://a.example/t' || g, 301, 0 "
                      "FROM generate_series(1, 30000) AS g")
         plan = conn.execute("EXPLAIN EXECUTE chain('http://a.example/t7')").fetchall()
@@ -254,8 +257,9 @@ def test_two_batches_upsert_shared_links_in_one_order(pg_url: PgUrl,
         first.add_origins([origin])
         with psycopg.connect(conninfo) as holder:  # holds "m" until it commits
             holder.execute(f"SET search_path TO {schema}")
-            holder.execute("INSERT INTO candidates (url, origin, depth, score) VALUES (%s, %s, 1, "
-                           "0.5)", (links["m"].url, origin))
+            holder.execute(  # the crawl has no partitions yet: its rows' part is -1
+                "INSERT INTO candidates (part, url, origin, depth, score) VALUES (-1, %s, %s, 1, "
+                "0.5)", (links["m"].url, origin))
             # the first batch locks "a", then waits for "m"; the second, listing "z" before
             # "a", would lock "z" and wait for "a": once "m" is free the first would wait for "z"
             a = threading.Thread(target=first.write_batch,

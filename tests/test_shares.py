@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from courtly.distributed import partition_of, plan_shares
+from courtly.distributed import plan_shares
+from courtly.urls import partition_of
 
 PARTITIONS = 64
 

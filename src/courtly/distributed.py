@@ -13,7 +13,6 @@ Configuration: the `[fleet]` section (lease_seconds, partitions, reconnect_secon
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import math
 import os
@@ -24,8 +23,6 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import xxhash
-
 from courtly.crawler import Crawler
 from courtly.scheduler import FOR_THE_RUN, OriginCrawler
 from courtly.stats import CrawlStats
@@ -33,7 +30,7 @@ from courtly.steering import Steering
 from courtly.store.base import StoreError, Write
 from courtly.store.postgres import PostgresStore
 from courtly.store.thread import DatabaseThread
-from courtly.urls import host_of, registered_domain
+from courtly.urls import partition_of
 
 if TYPE_CHECKING:
     from courtly.config import CrawlConfig, FleetConfig
@@ -43,28 +40,6 @@ log = logging.getLogger("courtly")
 
 #: a lease is trusted locally only up to this fraction of its length after the renewal was sent
 _SAFETY = 0.8
-
-
-def partition_key(origin: str) -> str:
-    """What is hashed: the registered domain; IP literals and single-label hosts keep the origin.
-
-    The public suffix list says nothing about 127.0.0.1:8001 vs 127.0.0.1:8002, which are
-    different services; every origin is still crawled by one worker at a time either way.
-    """
-    host = host_of(origin + "/").strip("[]").lower()
-    try:
-        ipaddress.ip_address(host)
-        return origin
-    except ValueError:
-        pass
-    if "." not in host.rstrip("."):
-        return origin
-    return registered_domain(host)
-
-
-def partition_of(origin: str, partitions: int) -> int:
-    """The partition of an origin: a stable hash (xxh64) of its key modulo the partition count."""
-    return xxhash.xxh64_intdigest(partition_key(origin).encode()) % partitions
 
 
 @dataclass
@@ -369,6 +344,7 @@ def run_worker(
     for each in (store, polls):
         each.set_idle_timeout(idle)
     store.commit_lazily()  # the crawl's writes; leases and heartbeats are committed durably
+    store.ensure_partitions(fleet.partitions)  # the crawl's rows name theirs
     worker = Worker(polls, fleet, continuous)
     store.worker = worker.id
     crawler = Crawler(config, store, strategy, on_progress=on_progress, fleet=worker)

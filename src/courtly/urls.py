@@ -1,4 +1,4 @@
-"""URL normalization, origins and registered domains (docs/urls.md).
+"""URL normalization, origins, registered domains and their partitions (docs/urls.md).
 
 Parsing and resolution are done by ada (a C++ WHATWG URL parser, through its can_ada bindings):
 it already lowercases the scheme and host, converts hosts to punycode, drops default ports and
@@ -11,12 +11,14 @@ base parsed once.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import can_ada
+import xxhash
 
 from courtly.patterns import glob_to_regex
 
@@ -376,3 +378,26 @@ def registered_domain(host: str) -> str:
     if not result.domain or not result.suffix:
         return host  # an IPv4 address, a bare suffix, or a name outside the public suffix list
     return f"{result.domain}.{result.suffix}"
+
+
+def partition_key(origin: str) -> str:
+    """What is hashed: the registered domain; IP literals and single-label hosts keep the origin.
+
+    The public suffix list says nothing about 127.0.0.1:8001 vs 127.0.0.1:8002, which are
+    different services; every origin is still crawled by one worker at a time either way.
+    """
+    host = host_of(origin + "/").strip("[]").lower()
+    try:
+        ipaddress.ip_address(host)
+        return origin
+    except ValueError:
+        pass
+    if "." not in host.rstrip("."):
+        return origin
+    return registered_domain(host)
+
+
+def partition_of(origin: str, partitions: int) -> int:
+    """The partition of an origin (docs/distributed.md): a stable hash (xxh64) of its key
+    modulo the partition count."""
+    return xxhash.xxh64_intdigest(partition_key(origin).encode()) % partitions

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from courtly import dedup
+from courtly.store.keyed import Keyed
 
 #: the pages that share a band key, at most dedup.MEMBERS a key (the first indexed: a bucket's
 #: representatives), with their sketches: one index probe per key and table (the large one, and
@@ -32,7 +33,6 @@ def _sharing_a_key_alone(indexed: int, recent: int) -> str:
     )
 
 
-_KEY_ROWS = " (key, candidate, sketch) VALUES "  # the INSERT's columns and rows
 #: no bucket full (most pages)
 _NONE_FULL: frozenset[int] = frozenset()
 
@@ -64,6 +64,7 @@ class NearDupIndex:
     if TYPE_CHECKING:  # the store's (store/sql.py)
         shared: bool
         insert_ignoring: str
+        parted: bool
 
         def _x(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
         def _xmany(self, sql: str, rows: list[tuple[Any, ...]]) -> int: ...
@@ -75,6 +76,16 @@ class NearDupIndex:
     #: near_dup_keys (PostgreSQL writes a dirtied page at checkpoints, not at commits: staging
     #: wrote each key twice, 37 % of a crawl's WAL; bench/RESULTS.md)
     keys_staged = True
+    _KEY_ROWS = Keyed(" (key, candidate, sketch[[, part]]) VALUES ")  # the INSERT's columns
+    _KEY_ROW = Keyed("(?, ?, ?[[, ?]])")  # and one row's values
+    _OLD_SIGNATURE = Keyed("SELECT signature FROM near_dup WHERE candidate = ?[[ AND part = ?]]")
+    _SIGNATURE = Keyed(
+        "INSERT INTO near_dup (candidate, signature[[, part]]) VALUES (?, ?[[, ?]]) "
+        "ON CONFLICT (candidate[[, part]]) DO UPDATE SET signature = excluded.signature")
+    _KEYS_OF = Keyed("DELETE FROM {} WHERE candidate = ?[[ AND part = ?]]")
+    _KEY_OF = Keyed("DELETE FROM {} WHERE key = ? AND candidate = ?[[ AND part = ?]]")
+    _MERGE = Keyed("near_dup_keys (key, candidate, sketch[[, part]]) SELECT key, candidate, "
+                   "sketch[[, part]] FROM near_dup_recent WHERE 1 = 1 ORDER BY key")
 
     @property
     def _keys_table(self) -> str:
@@ -84,7 +95,7 @@ class NearDupIndex:
     def _insert_keys(self) -> str:
         """A page's band keys in one statement."""
         return self.insert_ignoring.format(
-            self._keys_table + _KEY_ROWS + ", ".join(["(?, ?, ?)"] * dedup.BANDS))
+            self._keys_table + self._KEY_ROWS + ", ".join([self._KEY_ROW] * dedup.BANDS))
 
     @functools.cached_property
     def _crowded(self) -> dict[bytes, frozenset[int]]:
@@ -158,10 +169,10 @@ class NearDupIndex:
         return list(self._x(_sharing_a_key_alone(len(probed), len(newer)), [*probed, *newer]))
 
     def _save_signature(self, candidate: int, signature: bytes, crawled_before: bool,
-                        indexed: bool) -> None:
+                        indexed: bool, part: tuple[int, ...] = ()) -> None:
         """Store a page's MinHash signature and, if `indexed` (an OK page), its band keys with
         its sketch (in the caller's transaction); a key whose bucket already holds dedup.MEMBERS
-        pages is not added (a lookup compares no more).
+        pages is not added (a lookup compares no more). `part`: the store's _part_param.
 
         The keys go to near_dup_recent, a small table whose pages stay in the cache, moved into
         near_dup_keys in key order every dedup.RECENT keys (_merge_recent_keys); or, unless
@@ -172,24 +183,18 @@ class NearDupIndex:
         """
         old = None
         if crawled_before:
-            old = self._x(
-                "SELECT signature FROM near_dup WHERE candidate = ?", (candidate,)
-            ).fetchone()
+            old = self._x(self._OLD_SIGNATURE, (candidate,) + part).fetchone()
         if old is not None:
             try:
                 keys = dedup.band_keys(_signature(old[0]))
             except ValueError:  # damaged: its keys are found by candidate instead
                 for table in ("near_dup_keys", "near_dup_recent"):
-                    self._x(f"DELETE FROM {table} WHERE candidate = ?", (candidate,))
+                    self._x(self._KEYS_OF.format(table), (candidate,) + part)
             else:
                 for table in ("near_dup_keys", "near_dup_recent"):
-                    self._xmany(f"DELETE FROM {table} WHERE key = ? AND candidate = ?",
-                                [(key, candidate) for key in keys])
-        self._x(
-            "INSERT INTO near_dup (candidate, signature) VALUES (?, ?) ON CONFLICT (candidate) "
-            "DO UPDATE SET signature = excluded.signature",
-            (candidate, signature),
-        )
+                    self._xmany(self._KEY_OF.format(table),
+                                [(key, candidate) + part for key in keys])
+        self._x(self._SIGNATURE, (candidate, signature) + part)
         crowded = self._crowded.pop(signature, None)
         if not indexed:
             return
@@ -206,10 +211,12 @@ class NearDupIndex:
             merged.add(added)  # before their merge: no filters to join then (1 MiB integers)
         sketch = dedup.sketch(signature)
         if len(added) == dedup.BANDS:
-            self._x(self._insert_keys, [v for key in added for v in (key, candidate, sketch)])
+            self._x(self._insert_keys,
+                    [v for key in added for v in (key, candidate, sketch) + part])
         else:
-            self._xmany(self.insert_ignoring.format(self._keys_table + _KEY_ROWS + "(?, ?, ?)"),
-                        [(key, candidate, sketch) for key in added])
+            self._xmany(
+                self.insert_ignoring.format(self._keys_table + self._KEY_ROWS + self._KEY_ROW),
+                [(key, candidate, sketch) + part for key in added])
         if recent is None:
             return
         recent[0] += len(added)
@@ -231,9 +238,7 @@ class NearDupIndex:
             self._x("INSERT INTO near_dup_filter (id, bits) VALUES (1, ?) ON CONFLICT (id) "
                     "DO UPDATE SET bits = excluded.bits", (bytes(indexed.bits),))
             self._recent_filter = dedup.KeyFilter()
-        self._x(self.insert_ignoring.format(
-            "near_dup_keys (key, candidate, sketch) SELECT key, candidate, sketch "
-            "FROM near_dup_recent WHERE 1 = 1 ORDER BY key"))
+        self._x(self.insert_ignoring.format(self._MERGE))
         self._x("DELETE FROM near_dup_recent")
 
     def find_similar(

@@ -29,10 +29,12 @@ from psycopg.pq import TransactionStatus
 from courtly import dedup
 from courtly.config import FleetConfig
 from courtly.errors import one_line
-from courtly.model import LinkState
+from courtly.model import Link, LinkState, StoredRevisit
 from courtly.store.base import ConnectionLost, StoreError, Write
 from courtly.store.bulk import BulkSender, wait_for
-from courtly.store.sql import SAME_HASH, TAKEABLE, SqlStore, state_after
+from courtly.store.schema import PART_FROM_CANDIDATE, PART_FROM_URL
+from courtly.store.sql import REVISITS, SAME_HASH, TAKEABLE, SqlStore, state_after
+from courtly.urls import origin_of, partition_of
 
 log = logging.getLogger("courtly")
 
@@ -46,7 +48,7 @@ _USERINFO_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/@]*@)?")
 def _work(retaken: str = "") -> str:
     """Takeable work of one origin `o` in run %(run)s: SqlStore.take_todo's three conditions."""
     return "(" + " OR ".join(
-        "EXISTS (SELECT 1 FROM candidates c WHERE c.origin = o.origin AND "
+        "EXISTS (SELECT 1 FROM candidates c WHERE c.part = o.part AND c.origin = o.origin AND "
         + cond.format(c="c.", run="%(run)s", due="%(due)s", retaken=retaken) + ")"
         for cond in TAKEABLE
     ) + ")"
@@ -84,11 +86,16 @@ ANY_KEY = ("SELECT 'k', NULL, NULL, NULL FROM unnest(%s::bigint[]) AS k(key) WHE
            "SELECT 1 FROM near_dup_keys n WHERE n.key = k.key UNION ALL "
            "SELECT 1 FROM near_dup_recent r WHERE r.key = k.key) LIMIT 1")
 
-#: the states of these URLs (%s, an array), one probe of the URL index each: `url = ANY(urls)`
-#: was prepared as a scan of the whole table while it was small, and a prepared statement keeps
-#: its plan (this test server never analyzes: 1-3 ms a page at 22,000 URLs, and growing)
-STATES = ("SELECT 's', c.url, c.state, c.score FROM unnest(%s::text[]) AS u(url) CROSS JOIN "
-          "LATERAL (SELECT url, state, score FROM candidates WHERE url = u.url LIMIT 1) AS c")
+#: the states of these URLs (%s, %s: arrays of their partitions and of them), one probe of the
+#: URL index each: `url = ANY(urls)` was prepared as a scan of the whole table while it was
+#: small, and a prepared statement keeps its plan (this test server never analyzes: 1-3 ms a
+#: page at 22,000 URLs, and growing)
+STATES = ("SELECT 's', c.url, c.state, c.score FROM unnest(%s::integer[], %s::text[]) AS "
+          "u(part, url) CROSS JOIN LATERAL (SELECT url, state, score FROM candidates "
+          "WHERE part = u.part AND url = u.url LIMIT 1) AS c")
+#: the rows written while the crawl had no partitions yet (part -1): their origins
+_UNPARTED = ("SELECT origin FROM candidates WHERE part = -1 UNION "
+             "SELECT origin FROM crawl_log WHERE part = -1")
 
 #: deadlock, serialization failure, a prepared statement gone (psycopg deallocates every one
 #: after a ROLLBACK): the batch was rolled back and is sent again
@@ -170,6 +177,7 @@ class PostgresSql(SqlStore):
 
     shared = True
     keys_staged = False
+    parted = True
 
     def __init__(self, url: str, retry_seconds: float = FleetConfig().reconnect_seconds) -> None:
         self.url = url
@@ -189,8 +197,13 @@ class PostgresSql(SqlStore):
         self.round_trips = 0
         self._app_name: dict[str, Any] = {} if "application_name" in self._conninfo else {
             "application_name": f"courtly:{self.schema or ''}"}
+        self._parts: dict[str, int] = {}  # the partition of each origin written
         self._connect(first=True)
         self._migrate()
+        #: the crawl's partition count (0: none yet; fixed when a worker first joins), as read
+        #: at the start, by ensure_partitions, or by a write of links while there was none
+        self.partitions = 0
+        self._learn_partitions()
 
     # -- connection ------------------------------------------------------------------------
     def _connect(self, first: bool = False) -> psycopg.Connection[Any]:
@@ -366,6 +379,67 @@ class PostgresSql(SqlStore):
         if self._conn is not None and not self._conn.closed:
             self._conn.close()
 
+    # -- the partition of each row (docs/distributed.md, sharding) ---------------------------
+    def _part_of(self, origin: str) -> int:
+        """The partition of an origin's rows (-1 while the crawl has none: ensure_partitions
+        gives those rows theirs)."""
+        part = self._parts.get(origin)
+        if part is None:
+            if not self.partitions:
+                return -1
+            part = self._parts[origin] = partition_of(origin, self.partitions)
+        return part
+
+    def _learn_partitions(self) -> int:
+        """The crawl's partition count, asked (again) while it has none. In a transaction the
+        lease rows are locked against their creation first: rows it writes with part -1 are
+        committed before the first worker gives them their partition (ensure_partitions)."""
+        if self._in_tx and self._batch is None:
+            self._px("LOCK TABLE leases IN SHARE MODE")
+        self.partitions = int(self._px("SELECT COUNT(*) FROM leases").fetchone()[0])
+        return self.partitions
+
+    def _part_param(self, origin: str) -> tuple[int, ...]:
+        return (self._part_of(origin),)
+
+    def _url_part_param(self, url: str) -> tuple[int, ...]:
+        return (self._url_part(url),)
+
+    def _url_part(self, url: str) -> int:
+        """The partition of a URL's rows."""
+        try:
+            return self._part_of(origin_of(url))
+        except ValueError:  # not http(s): no candidate has it
+            return -1
+
+    def _link_rows(self, links: list[Link]) -> list[tuple[Any, ...]]:
+        """The rows lead with their partition (-1 for all while the crawl has none)."""
+        part: Callable[[str], int] = self._part_of
+        if not self.partitions and not self._learn_partitions():
+            part = _unknown_part
+        return [(part(lk.origin), lk.url, lk.origin, lk.depth, lk.score) for lk in links]
+
+    def _read_states(self, missing: list[str]) -> dict[str, LinkState]:
+        """One probe of the (partition, URL) index each."""
+        out: dict[str, LinkState] = {}
+        if missing:
+            found = self._px(STATES, (_array(str(self._url_part(u)) for u in missing),
+                                      _array(_quoted(u) for u in missing))).fetchall()
+            self._remember([r[1:] for r in found], out)
+        self._absent(missing, out)
+        return out
+
+    def revisit(self, url: str, fetched: float) -> StoredRevisit | None:
+        """The revisit's original is found by its partition too: its refers_to asked first."""
+        part = self._url_part(url)
+        row = self._px("SELECT refers_to FROM revisits WHERE part = %s AND url = %s "
+                       "AND fetched = %s", (part, url, fetched)).fetchone()
+        if row is None:
+            return None
+        rows = self._px(f"{REVISITS} WHERE r.part = %s AND r.url = %s AND r.fetched = %s "
+                        "AND c.part = %s", (part, url, fetched, self._url_part(str(row[0]))))
+        return next(self._revisits(rows.fetchall()), None)
+
 
 
 class PostgresBatches(PostgresSql):
@@ -407,13 +481,13 @@ class PostgresBatches(PostgresSql):
                 # BEGIN, the fence, every row, COMMIT in one pipeline sent at once (BulkSender);
                 # the statements in the order they first came (a crawl action's own order
                 # holds: only two actions of one URL could see theirs interleaved, and an origin
-                # has at most one action a batch); an upsert's rows in key order (their first
-                # value; stable: the last of a key wins), so that two workers' batches lock the
+                # has at most one action a batch); an upsert's rows in key order (_leading;
+                # stable: the last of a key wins), so that two workers' batches lock the
                 # rows they share (links to the same URLs) in the same order instead of
                 # deadlocking
                 for query, rows in self._batch.items():
                     if "ON CONFLICT" in query:
-                        rows.sort(key=_first)
+                        rows.sort(key=_leading)
                 fence = [(_FENCE_CALL, [(self.worker, _array(str(p) for p, _ in leases),
                                          _array(str(e) for _, e in leases))])] if leases else []
                 self.statements += self._bulk.execute(
@@ -464,9 +538,10 @@ class PostgresBatches(PostgresSql):
         if first is None:
             return False
         row = self._px(
-            "SELECT 1 FROM crawl_log WHERE url = %s AND started = %s "
+            "SELECT 1 FROM crawl_log WHERE part = %s AND url = %s AND started = %s "
             "AND worker IS NOT DISTINCT FROM %s LIMIT 1",
-            (first.candidate.url, first.started, self.worker)).fetchone()
+            (self._part_of(first.origin), first.candidate.url, first.started, self.worker)
+        ).fetchone()
         return row is not None
 
     def page_lookups(
@@ -517,7 +592,8 @@ class PostgresStore(PostgresBatches):
             return int(row[0])
 
     def ensure_partitions(self, count: int) -> int:
-        """Create the lease rows once; returns the crawl's partition count (fixed at creation)."""
+        """Create the lease rows once; returns the crawl's partition count (fixed at creation).
+        Rows written before (part -1) get their partition."""
         with self._tx():
             self._px("LOCK TABLE leases IN SHARE ROW EXCLUSIVE MODE")
             have = int(self._px("SELECT COUNT(*) FROM leases").fetchone()[0])
@@ -527,7 +603,29 @@ class PostgresStore(PostgresBatches):
                     "SELECT generate_series(0, %s - 1), NULL, 0", (count,)
                 )
                 have = count
+            self.partitions = have
+            self._give_parts()
             return have
+
+    def _give_parts(self) -> None:
+        """Give the rows written while the crawl had no partitions (part -1: seeds added before
+        the first worker joined, or rows of an origin without one at migration 13) their
+        origin's partition: two index probes when there are none."""
+        origins = [str(r[0]) for r in self._px(_UNPARTED).fetchall()]
+        if not origins:
+            return
+        pairs = (_array(str(self._part_of(o)) for o in origins),
+                 _array(_quoted(o) for o in origins))
+        for table in ("candidates", "crawl_log"):
+            self._px(f"UPDATE {table} x SET part = v.part FROM unnest(%s::integer[], "
+                     "%s::text[]) AS v(part, origin) WHERE x.part = -1 AND x.origin = v.origin",
+                     pairs)
+        for table, column in PART_FROM_URL.items():
+            self._px(f"UPDATE {table} x SET part = c.part FROM candidates c "
+                     f"WHERE x.part = -1 AND c.url = x.{column}")
+        for table, column in PART_FROM_CANDIDATE.items():
+            self._px(f"UPDATE {table} x SET part = c.part FROM candidates c "
+                     f"WHERE x.part = -1 AND c.id = x.{column}")
 
     def register_worker(self, worker: str, host: str, pid: int) -> None:
         """Add this worker to the fleet."""
@@ -631,8 +729,7 @@ class PostgresStore(PostgresBatches):
                 # the previous owner's todo lists and in-flight URLs: taken again by us
                 self._px(
                     "UPDATE candidates SET taken_run = NULL WHERE state = 'QUEUED' "
-                    "AND taken_run = %s AND origin IN "
-                    "(SELECT origin FROM origins WHERE part = ANY(%s))",
+                    "AND taken_run = %s AND part = ANY(%s)",
                     (run, free),
                 )
         return sorted(taken)
@@ -671,6 +768,8 @@ class PostgresStore(PostgresBatches):
         query = (
             f"SELECT NOT EXISTS (SELECT 1 FROM workers w WHERE w.id <> %(me)s "
             f"  AND w.stopped IS NULL AND w.busy = 1 AND w.heartbeat > {NOW} - w.lease_seconds)"
+            # an origin not partitioned yet may have work: the next poll partitions it
+            f" AND NOT EXISTS (SELECT 1 FROM origins o WHERE o.configured = 1 AND o.part IS NULL)"
             f" AND NOT EXISTS (SELECT 1 FROM origins o LEFT JOIN leases l ON l.part = o.part "
             f"  WHERE o.configured = 1 AND (o.finished_run IS NULL OR o.finished_run <> %(run)s)"
             f"  AND " + _work(f" OR l.worker IS NULL OR l.expires < {NOW}") + ")"
@@ -744,6 +843,7 @@ class _Lookup:
             self.changing, self.unknown = store.seen.changing(links, score)
             if self.unknown:
                 parts.append(f"({STATES})")
+                params.append(_array(str(store._url_part(url)) for url in self.unknown))
                 params.append(_array(_quoted(url) for url in self.unknown))
         self.sql = " UNION ALL ".join(parts) if parts else None
         self.params = params
@@ -808,8 +908,15 @@ def _hands_sessions_on(conn: psycopg.Connection[Any],
     return mine is not None and theirs is not None and str(mine[0]) == theirs.decode()
 
 
-def _first(row: tuple[Any, ...]) -> Any:
-    return row[0]
+def _unknown_part(origin: str) -> int:
+    """The partition of rows written while the crawl has none."""
+    return -1
+
+
+def _leading(row: tuple[Any, ...]) -> Any:
+    """An upsert's row's key, to sort by: its first value, with the second after a number (a
+    partition, a candidate or a band key: the rest of the key is next)."""
+    return row[:2] if type(row[0]) is int else row[0]
 
 
 def _lost(exc: psycopg.Error, where: str) -> ConnectionLost:

@@ -1,6 +1,67 @@
-"""Schema migrations, shared by the SQLite and PostgreSQL backends (portable SQL only)."""
+"""Schema migrations, shared by the SQLite and PostgreSQL backends (portable SQL, but for the
+statements marked `Postgres`)."""
 
 from __future__ import annotations
+
+
+class Postgres(str):
+    """A migration statement for PostgreSQL alone (SQLite's backend skips it): what a database
+    many workers share needs and one machine's does not."""
+
+
+#: the tables a crawl action writes, which a sharded database would distribute by partition
+#: (docs/distributed.md): on PostgreSQL each row carries its URL's partition, `part` (migration
+#: 13; these constants are part of it: never change them, a later migration has its own)
+HOT_TABLES = ("candidates", "crawl_log", "content", "redirects", "revisits", "near_dup",
+              "near_dup_keys", "near_dup_recent")
+#: the hot tables whose rows belong to a candidate: the column naming its URL, or its id
+PART_FROM_URL = {"content": "url", "redirects": "url", "revisits": "url"}
+PART_FROM_CANDIDATE = {"near_dup": "candidate", "near_dup_keys": "candidate",
+                       "near_dup_recent": "candidate"}
+#: each hot table's keys after migration 13: (constraint, definition). Keys by URL lead with the
+#: partition; keys by a serial id or a band key, which are looked up across partitions (the
+#: view's tail of the log, find_similar, a band key's bucket), end with it
+_KEYS_13 = {
+    "candidates": [("candidates_pkey", "PRIMARY KEY (id, part)"),
+                   ("candidates_url_key", "UNIQUE (part, url)")],
+    "crawl_log": [("crawl_log_pkey", "PRIMARY KEY (id, part)")],
+    "content": [("content_pkey", "PRIMARY KEY (part, url)")],
+    "redirects": [("redirects_pkey", "PRIMARY KEY (part, url)")],
+    "revisits": [("revisits_pkey", "PRIMARY KEY (part, url, fetched)")],
+    "near_dup": [("near_dup_pkey", "PRIMARY KEY (candidate, part)")],
+    "near_dup_keys": [("near_dup_keys_6_pkey", "PRIMARY KEY (key, candidate, part)")],
+    "near_dup_recent": [("near_dup_recent_pkey", "PRIMARY KEY (key, candidate, part)")],
+}
+#: the frontier's indexes and the log's by URL, as migration 13 makes them: by partition first
+_INDEXES_13 = [
+    "cand_fresh ON candidates (part, origin, score DESC, id, url, depth, state) "
+    "WHERE state = 'NOT_CRAWLED'",
+    "cand_queued ON candidates (part, origin, taken_run) WHERE state = 'QUEUED'",
+    "cand_due ON candidates (part, origin, next_due) WHERE state IN ('CRAWLED', 'ERROR')",
+    "crawl_log_url ON crawl_log (part, url)",
+]
+
+
+def _migration_13() -> list[str]:
+    """Every hot table's rows get their partition (their origin's, as `origins.part` holds it;
+    -1 where it is not known yet: PostgresStore.ensure_partitions gives them theirs when a
+    worker joins), then their keys name it."""
+    fill = [f"ALTER TABLE {t} ADD COLUMN part INTEGER NOT NULL DEFAULT -1" for t in HOT_TABLES]
+    fill += [f"UPDATE {t} x SET part = o.part FROM origins o WHERE o.origin = x.origin "
+             "AND o.part IS NOT NULL" for t in ("candidates", "crawl_log")]
+    fill += [f"UPDATE {t} x SET part = c.part FROM candidates c WHERE c.url = x.{column}"
+             for t, column in PART_FROM_URL.items()]
+    fill += [f"UPDATE {t} x SET part = c.part FROM candidates c WHERE c.id = x.{column}"
+             for t, column in PART_FROM_CANDIDATE.items()]
+    fill += [f"ALTER TABLE {t} ALTER COLUMN part DROP DEFAULT" for t in HOT_TABLES]
+    keys = [f"ALTER TABLE {table} " + ", ".join(
+        [f"DROP CONSTRAINT {name}" for name, _ in named]
+        + [f"ADD CONSTRAINT {name} {key}" for name, key in named])
+        for table, named in _KEYS_13.items()]
+    indexes = [f"DROP INDEX {i.split()[0]}" for i in _INDEXES_13]
+    indexes += [f"CREATE INDEX {i}" for i in _INDEXES_13]
+    return [Postgres(s) for s in fill + keys + indexes]
+
 
 #: migration N brings the schema from version N-1 to N; never edit a released one, add a new one
 MIGRATIONS: list[list[str]] = [
@@ -207,4 +268,8 @@ MIGRATIONS: list[list[str]] = [
             bits BYTEA NOT NULL
         )""",
     ],
+    # 13: sharding by partition (docs/distributed.md): on PostgreSQL the hot tables' rows carry
+    # their URL's partition and their keys name it, so that a crawl action's statements name one
+    # partition (Citus's distribution column); SQLite, one machine's, is left as it was
+    _migration_13(),
 ]

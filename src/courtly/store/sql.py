@@ -23,12 +23,13 @@ from courtly.model import (
     link_state,
 )
 from courtly.store.base import StoreError
+from courtly.store.keyed import Keyed
 from courtly.store.near_dup import NearDupIndex
 from courtly.store.schema import MIGRATIONS
 from courtly.store.seen import SeenCache
 
 #: the revisits whose original is still the kept page they revisited
-_REVISITS = (
+REVISITS = (
     "SELECT r.url, r.fetched, r.exchange, r.refers_to, r.refers_to_date, c.body "
     "FROM revisits r JOIN content c ON c.url = r.refers_to AND c.fetched = r.refers_to_date"
 )
@@ -115,9 +116,11 @@ TAKEABLE = (
 )
 _RETRIED, _FRESH, _DUE = (t.format(c="", run="?", due="?", retaken="") for t in TAKEABLE)
 #: an origin's never-crawled candidates, best first: read from the index cand_fresh alone (it
-#: holds url and depth too; the other columns are at their defaults). Parameters: origin, limit
+#: holds url and depth too; the other columns are at their defaults). Parameters: (its
+#: partition,) origin, limit
+#: (a template: store/keyed.py)
 FRESH_TODO = ("SELECT id, url, depth, score, NULL, NULL, NULL, 0, NULL, NULL FROM candidates "
-              f"WHERE origin = ? AND {_FRESH} ORDER BY score DESC, id LIMIT ?")
+              f"WHERE [[part = ? AND ]]origin = ? AND {_FRESH} ORDER BY score DESC, id LIMIT ?")
 
 
 def state_after(action: CrawlAction) -> LinkState:
@@ -131,7 +134,7 @@ class SqlBase:
 
     Backends implement `_x` (execute one statement, return a cursor), `_xmany` (execute for many
     rows, return the rows changed), `_tx` (a transaction that turns driver errors into StoreError),
-    `_ddl` (adapt a migration statement) and `close`.
+    `_ddl` (adapt a migration statement; "": not for this backend) and `close`.
     """
 
     path: str
@@ -139,6 +142,12 @@ class SqlBase:
     shared = False  # many workers share the database: a crawl joins the fleet
     #: an INSERT of rows that skips those already there ({}: its table, columns and rows)
     insert_ignoring = "INSERT INTO {} ON CONFLICT DO NOTHING"
+    #: the hot tables' rows carry their partition and their keys name it (PostgreSQL; Keyed)
+    parted = False
+    _UPSERT_LINKS = Keyed(
+        "INSERT INTO candidates ([[part, ]]url, origin, depth, score) VALUES ([[?, ]]?, ?, ?, ?) "
+        "ON CONFLICT ([[part, ]]url) DO UPDATE SET score = excluded.score "
+        "WHERE candidates.state = 'NOT_CRAWLED' AND excluded.score > candidates.score")
     worker: str | None = None  # distributed mode: this worker's id, logged with each action
 
     def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -211,7 +220,8 @@ class SqlBase:
         for number in range(version, len(MIGRATIONS)):
             with self._tx():
                 for statement in MIGRATIONS[number]:
-                    self._x(self._ddl(statement))
+                    if adapted := self._ddl(statement):  # "": not for this backend
+                        self._x(adapted)
                 self._x("DELETE FROM schema_version")
                 self._x("INSERT INTO schema_version VALUES (?)", (number + 1,))
 
@@ -243,12 +253,20 @@ class SqlBase:
         links = self.seen.new_links(links)  # the upserts that could change something
         if not links:
             return 0
-        return self._xmany(
-            "INSERT INTO candidates (url, origin, depth, score) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (url) DO UPDATE SET score = excluded.score "
-            "WHERE candidates.state = 'NOT_CRAWLED' AND excluded.score > candidates.score",
-            [(lk.url, lk.origin, lk.depth, lk.score) for lk in links],
-        )
+        return self._xmany(self._UPSERT_LINKS, self._link_rows(links))
+
+    def _link_rows(self, links: list[Link]) -> list[tuple[Any, ...]]:
+        """The candidates upsert's rows of these links."""
+        return [(lk.url, lk.origin, lk.depth, lk.score) for lk in links]
+
+    def _part_param(self, origin: str) -> tuple[int, ...]:
+        """A hot statement's partition parameter for a row of this origin: none (SQLite's hot
+        tables have no partition column)."""
+        return ()
+
+    def _url_part_param(self, url: str) -> tuple[int, ...]:
+        """_part_param for a row of this URL."""
+        return ()
 
     def begin_run(self) -> int:
         with self._tx():
@@ -276,6 +294,14 @@ class SqlBase:
 
 class SqlReads(SqlBase):
     """What users read of the crawl database: stats, export, stored pages and revisits."""
+
+    #: 200 stored pages after a key (their partition and) URL, in that order
+    _PAGES = Keyed(
+        "SELECT c.url, c.fetched, k.content_type, c.body, c.exchange[[, c.part]] FROM content c "
+        "LEFT JOIN candidates k ON [[k.part = c.part AND ]]k.url = c.url "
+        "WHERE ([[c.part, ]]c.url) > ([[?, ]]?) ORDER BY [[c.part, ]]c.url LIMIT 200")
+    _CANDIDATE = Keyed(f"SELECT {', '.join(EXPORT_COLUMNS)} FROM candidates "
+                       "WHERE [[part = ? AND ]]url = ?")
 
     def stats(self) -> dict[str, Any]:
         def grouped(sql: str) -> dict[str, int]:
@@ -306,14 +332,12 @@ class SqlReads(SqlBase):
             yield dict(zip(EXPORT_COLUMNS, row, strict=True))
 
     def stored_pages(self) -> Iterator[StoredPage]:
-        after = ""  # pages of 200 by URL: the bodies never all in memory (psycopg reads a
-        while True:  # whole result at once)
-            rows = self._x(
-                "SELECT c.url, c.fetched, k.content_type, c.body, c.exchange FROM content c "
-                "LEFT JOIN candidates k ON k.url = c.url WHERE c.url > ? ORDER BY c.url LIMIT 200",
-                (after,),
-            ).fetchall()
-            for url, fetched, content_type, body, exchange in rows:
+        # pages of 200 by key: the bodies never all in memory (psycopg reads a whole result at
+        # once); the key: (the partition and) the URL
+        after: tuple[Any, ...] = (-2, "") if self.parted else ("",)
+        while True:
+            rows = self._x(self._PAGES, after).fetchall()
+            for url, fetched, content_type, body, exchange, *_ in rows:
                 try:
                     yield StoredPage(str(url), float(fetched), content_type, bytes(body),
                                      None if exchange is None else bytes(exchange))
@@ -321,14 +345,14 @@ class SqlReads(SqlBase):
                     yield StoredPage(str(url), 0.0, None, b"")  # WARC writer reports
             if len(rows) < 200:
                 return
-            after = rows[-1][0]
+            after = (*rows[-1][5:], rows[-1][0])
 
     def stored_revisits(self) -> Iterator[StoredRevisit]:
         """The revisits of pages still kept as they were, by URL and time (pages of 200)."""
         after: tuple[str, float] = ("", 0.0)
         while True:
             rows = self._x(
-                f"{_REVISITS} WHERE (r.url > ? OR (r.url = ? AND r.fetched > ?)) "
+                f"{REVISITS} WHERE (r.url > ? OR (r.url = ? AND r.fetched > ?)) "
                 "ORDER BY r.url, r.fetched LIMIT 200",
                 (after[0], after[0], after[1]),
             ).fetchall()
@@ -339,7 +363,7 @@ class SqlReads(SqlBase):
 
     def revisit(self, url: str, fetched: float) -> StoredRevisit | None:
         """The revisit of this URL recorded at this time, if its page is still kept."""
-        rows = self._x(f"{_REVISITS} WHERE r.url = ? AND r.fetched = ?", (url, fetched))
+        rows = self._x(f"{REVISITS} WHERE r.url = ? AND r.fetched = ?", (url, fetched))
         return next(self._revisits(rows.fetchall()), None)
 
     def _revisits(self, rows: list[Any]) -> Iterator[StoredRevisit]:
@@ -351,9 +375,7 @@ class SqlReads(SqlBase):
                 yield StoredRevisit(str(url), 0.0, b"", "", 0.0, b"")
 
     def candidate(self, url: str) -> dict[str, Any] | None:
-        row = self._x(
-            f"SELECT {', '.join(EXPORT_COLUMNS)} FROM candidates WHERE url = ?", (url,)
-        ).fetchone()
+        row = self._x(self._CANDIDATE, self._url_part_param(url) + (url,)).fetchone()
         if row is None:
             return None
         record = dict(zip(EXPORT_COLUMNS, row, strict=True))
@@ -367,6 +389,48 @@ class SqlRecords(NearDupIndex, SqlReads):
     content and revisits, pages' near-duplicate keys and the search among them, the origins'
     state."""
 
+    _RETRIED_TODO = Keyed(f"SELECT {', '.join(_TODO_COLUMNS)} FROM candidates "
+                          f"WHERE [[part = ? AND ]]origin = ? AND {_RETRIED} LIMIT ?")
+    _FRESH_TODO = Keyed(FRESH_TODO)
+    _DUE_TODO = Keyed(f"SELECT {', '.join(_TODO_COLUMNS)} FROM candidates "
+                      f"WHERE [[part = ? AND ]]origin = ? AND {_DUE} ORDER BY next_due LIMIT ?")
+    _LOG = Keyed(
+        "INSERT INTO crawl_log ([[part, ]]run, url, origin, started, elapsed, exit_code, "
+        "http_status, content_type, content_length, detail, worker) "
+        "VALUES ([[?, ]]?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    _RETRY = Keyed(
+        "UPDATE candidates SET state = 'QUEUED', taken_run = NULL, attempts = attempts + 1, "
+        "exit_code = ?, http_status = ?, detail = ? WHERE id = ?[[ AND part = ?]]")
+    _CRAWLED = Keyed(
+        "UPDATE candidates SET state = ?, taken_run = ?, attempts = 0, "
+        "last_crawl = ?, next_due = ?, exit_code = ?, http_status = ?, "
+        "etag = COALESCE(?, etag), last_modified = COALESCE(?, last_modified), "
+        "content_hash = COALESCE(?, content_hash), content_type = ?, "
+        "content_length = ?, redirect_target = ?, canonical = ?, duplicate_of = ?, "
+        "detail = ?, recrawl_interval = ? WHERE id = ?[[ AND part = ?]]")
+    _REDIRECT = Keyed(
+        "INSERT INTO redirects ([[part, ]]url, target, status, seen) VALUES ([[?, ]]?, ?, ?, ?) "
+        "ON CONFLICT ([[part, ]]url) DO UPDATE SET target = excluded.target, "
+        "status = excluded.status, seen = excluded.seen")
+    _CONTENT = Keyed(
+        "INSERT INTO content ([[part, ]]url, content_hash, fetched, body, exchange) "
+        "VALUES ([[?, ]]?, ?, ?, ?, ?) ON CONFLICT ([[part, ]]url) DO UPDATE SET "
+        "content_hash = excluded.content_hash, fetched = excluded.fetched, "
+        "body = excluded.body, exchange = excluded.exchange "
+        "WHERE content.content_hash <> excluded.content_hash OR content.exchange IS NULL")
+    _REVISIT_KEPT = Keyed(
+        "INSERT INTO revisits ([[part, ]]url, fetched, exchange, refers_to, refers_to_date) "
+        "SELECT [[?, ]]?, ?, ?, url, fetched FROM content "
+        "WHERE [[part = ? AND ]]url = ? AND fetched <> ? ON CONFLICT DO NOTHING")
+    _REVISIT_OF = Keyed(
+        "INSERT INTO revisits ([[part, ]]url, fetched, exchange, refers_to, refers_to_date) "
+        "SELECT [[?, ]]?, ?, ?, refers_to, refers_to_date FROM ("
+        "SELECT url AS refers_to, fetched AS refers_to_date, 0 AS pick FROM content "
+        "WHERE [[part = ? AND ]]url = ? UNION ALL SELECT * FROM (SELECT refers_to, "
+        "refers_to_date, 1 AS pick FROM revisits WHERE [[part = ? AND ]]url = ? "
+        "ORDER BY fetched DESC LIMIT 1) AS last"
+        ") AS found WHERE 1 = 1 ORDER BY pick LIMIT 1 ON CONFLICT DO NOTHING")
+
     # -- the frontier --------------------------------------------------------------------
     def take_todo(self, origin: str, run: int, limit: int, now: float) -> list[Candidate]:
         """Read the next candidates; nothing is written (docs/crawl-loop.md, the todo list).
@@ -374,19 +438,13 @@ class SqlRecords(NearDupIndex, SqlReads):
         An origin refills its todo list only when the list is empty, that is when every URL it
         took before has been recorded: what is still NOT_CRAWLED, QUEUED or due is not taken.
         """
-        cols = ", ".join(_TODO_COLUMNS)
-        rows = self._x(
-            f"SELECT {cols} FROM candidates WHERE origin = ? AND {_RETRIED} LIMIT ?",
-            (origin, run, limit),
-        ).fetchall()
+        part = self._part_param(origin)
+        rows = self._x(self._RETRIED_TODO, part + (origin, run, limit)).fetchall()
         if len(rows) < limit:
-            rows += self._x(FRESH_TODO, (origin, limit - len(rows))).fetchall()
+            rows += self._x(self._FRESH_TODO, part + (origin, limit - len(rows))).fetchall()
         if len(rows) < limit:
             rows += self._x(
-                f"SELECT {cols} FROM candidates WHERE origin = ? AND {_DUE} "
-                "ORDER BY next_due LIMIT ?",
-                (origin, now, run, limit - len(rows)),
-            ).fetchall()
+                self._DUE_TODO, part + (origin, now, run, limit - len(rows))).fetchall()
         try:  # the conversions raise on a damaged row (cheaper than checking each value)
             return [
                 Candidate(i, url, int(depth), float(score), etag, modified, content_hash,
@@ -408,66 +466,48 @@ class SqlRecords(NearDupIndex, SqlReads):
         """The statements of one crawl action (in the caller's transaction)."""
         c = action.candidate
         state = state_after(action)
+        part = self._part_param(action.origin)
         self._x(
-            "INSERT INTO crawl_log (run, url, origin, started, elapsed, exit_code, "
-            "http_status, content_type, content_length, detail, worker) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run, c.url, action.origin, action.started, action.elapsed,
-             str(action.exit_code), action.http_status, action.content_type,
-             action.content_length, action.detail, self.worker),
+            self._LOG,
+            part + (run, c.url, action.origin, action.started, action.elapsed,
+                    str(action.exit_code), action.http_status, action.content_type,
+                    action.content_length, action.detail, self.worker),
         )
         if action.retry:
-            self._x(
-                "UPDATE candidates SET state = 'QUEUED', taken_run = NULL, "
-                "attempts = attempts + 1, exit_code = ?, http_status = ?, detail = ? "
-                "WHERE id = ?",
-                (str(action.exit_code), action.http_status, action.detail, c.id),
-            )
+            self._x(self._RETRY, (str(action.exit_code), action.http_status, action.detail,
+                                  c.id) + part)
         else:
             self._x(
-                "UPDATE candidates SET state = ?, taken_run = ?, attempts = 0, "
-                "last_crawl = ?, next_due = ?, exit_code = ?, http_status = ?, "
-                "etag = COALESCE(?, etag), last_modified = COALESCE(?, last_modified), "
-                "content_hash = COALESCE(?, content_hash), content_type = ?, "
-                "content_length = ?, redirect_target = ?, canonical = ?, duplicate_of = ?, "
-                "detail = ?, recrawl_interval = ? WHERE id = ?",
+                self._CRAWLED,
                 (str(state), run, action.started, action.next_due, str(action.exit_code),
                  action.http_status, action.etag, action.last_modified,
                  action.content_hash, action.content_type, action.content_length,
                  action.redirect_target, action.canonical, action.duplicate_of,
-                 action.detail, action.recrawl_interval, c.id),
+                 action.detail, action.recrawl_interval, c.id) + part,
             )
         if action.near_signature is not None:
             self._save_signature(c.id, action.near_signature, c.exit_code is not None,
-                                 action.exit_code == ExitCode.OK)
+                                 action.exit_code == ExitCode.OK, part)
         if action.redirect_target is not None and action.http_status is not None:
-            self._x(
-                "INSERT INTO redirects (url, target, status, seen) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (url) DO UPDATE SET target = excluded.target, "
-                "status = excluded.status, seen = excluded.seen",
-                (c.url, action.redirect_target, action.http_status, action.started),
-            )
+            self._x(self._REDIRECT, part + (c.url, action.redirect_target, action.http_status,
+                                     action.started))
         if action.content is not None and action.content_hash is not None:
-            self._keep(action)
+            self._keep(action, part)
         elif action.revisit_of is not None and action.exchange is not None:
-            self._revisit(action, action.revisit_of)
+            self._revisit(action, action.revisit_of, part)
         if action.links:
             self._insert_links(action.links)
         if action.origin_state is not None:
             self._upsert_origin(action.origin_state)
 
-    def _keep(self, action: CrawlAction) -> None:
+    def _keep(self, action: CrawlAction, part: tuple[int, ...]) -> None:
         """Keep a page's body and exchange; the same body kept before stays, and this response
         is a revisit of it (in the caller's transaction; statements whose answers are not read,
-        so that PostgreSQL's batches send them without waiting)."""
+        so that PostgreSQL's batches send them without waiting). `part`: _part_param's."""
         url, started = action.candidate.url, action.started
         kept = self._x(
-            "INSERT INTO content (url, content_hash, fetched, body, exchange) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (url) DO UPDATE SET "
-            "content_hash = excluded.content_hash, fetched = excluded.fetched, "
-            "body = excluded.body, exchange = excluded.exchange "
-            "WHERE content.content_hash <> excluded.content_hash OR content.exchange IS NULL",
-            (url, action.content_hash, started, action.content, action.exchange),
+            self._CONTENT,
+            part + (url, action.content_hash, started, action.content, action.exchange),
         )
         # the row kept is an older fetch: a revisit of it; a cursor that saw this fetch's row
         # written (SQLite; a PostgreSQL batch reads none) saves the look-up, 21,000 instructions,
@@ -475,25 +515,15 @@ class SqlRecords(NearDupIndex, SqlReads):
         # and its candidate's exit code together)
         if action.exchange is not None and action.candidate.exit_code is not None and (
                 kept is None or kept.rowcount != 1):
-            self._x(
-                "INSERT INTO revisits (url, fetched, exchange, refers_to, refers_to_date) "
-                "SELECT ?, ?, ?, url, fetched FROM content WHERE url = ? AND fetched <> ? "
-                "ON CONFLICT DO NOTHING",
-                (url, started, action.exchange, url, started),
-            )
+            self._x(self._REVISIT_KEPT,
+                    part + (url, started, action.exchange) + part + (url, started))
 
-    def _revisit(self, action: CrawlAction, original: str) -> None:
+    def _revisit(self, action: CrawlAction, original: str, part: tuple[int, ...]) -> None:
         """Record a response as a revisit of the page kept for `original`, or of what that URL's
         last revisit refers to (a 304 of a duplicate); neither: there is nothing to refer to."""
-        self._x(
-            "INSERT INTO revisits (url, fetched, exchange, refers_to, refers_to_date) "
-            "SELECT ?, ?, ?, refers_to, refers_to_date FROM ("
-            "SELECT url AS refers_to, fetched AS refers_to_date, 0 AS pick FROM content "
-            "WHERE url = ? UNION ALL SELECT * FROM (SELECT refers_to, refers_to_date, 1 AS pick "
-            "FROM revisits WHERE url = ? ORDER BY fetched DESC LIMIT 1) AS last"
-            ") AS found WHERE 1 = 1 ORDER BY pick LIMIT 1 ON CONFLICT DO NOTHING",
-            (action.candidate.url, action.started, action.exchange, original, original),
-        )
+        theirs = self._url_part_param(original)
+        self._x(self._REVISIT_OF, part + (action.candidate.url, action.started, action.exchange)
+                + theirs + (original,) + theirs + (original,))
 
     def rolled_back(self) -> None:
         """The near-duplicate index's counts and filters are read again, too."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from courtly.store.base import StoreError
+from courtly.store.schema import Postgres
 from courtly.store.sql import SqlStore
 
 
@@ -96,6 +97,9 @@ class SqliteStore(SqlStore):
                 raise StoreError(_explain(exc, self.path)) from None
 
     def _ddl(self, statement: str) -> str:
+        """PostgreSQL's statements are not SQLite's (one machine: no partition column)."""
+        if isinstance(statement, Postgres):
+            return ""
         return statement.replace("BIGSERIAL_PK", "INTEGER PRIMARY KEY").replace(
             "WITHOUT_ROWID", "WITHOUT ROWID"
         )
