@@ -111,6 +111,20 @@ def test_parse_reads_only_elements_with_the_attributes_it_needs() -> None:
     assert page.links == [("", "empty", False), ("/1", "1", False), ("/2", "2", False)]
 
 
+def test_the_main_content_is_the_first_main_or_every_article() -> None:
+    """What parse_html's one walk of the tree finds, main_text reads (document order)."""
+    def text(body: bytes) -> str | None:
+        return parse_html(body, None, "c", 5, want_text=True).text
+
+    assert text(b"<nav>n</nav><main>m1</main><main>m2</main><article>a</article>") == "m1"
+    assert text(b"<article>one</article><p>x</p><article>two</article>") == "one two"
+    assert text(b"<nav>n</nav><div role=main>r</div>") == "r"
+    assert text(b"<nav>n</nav><p>body</p><footer>f</footer>") == "body"
+    # an SVG link named canonical is a link, not the page's canonical URL
+    page = parse_html(b"<svg><a rel=canonical href=/s>s</a></svg>", None, "c", 5)
+    assert page.canonical is None and page.links == [("/s", "s", False)]
+
+
 def test_anchor_texts_are_read_only_when_wanted() -> None:
     body = b"<title>T</title><a href=/a>A</a><a href=/b rel=nofollow><b>B</b></a>"
     assert parse_html(body, None, "c", 10, want_anchors=False).links == [

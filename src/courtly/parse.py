@@ -186,7 +186,7 @@ def parse_html(
         elif tag == "base":
             if page.base is None:
                 page.base = _href(node)
-        elif page.canonical is None:  # a <link>
+        elif tag == "link" and page.canonical is None:
             rels = (node.attributes.get("rel") or "").lower().split()
             page.canonical = _href(node) if "canonical" in rels else None
     if want_text:
