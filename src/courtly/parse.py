@@ -176,16 +176,14 @@ def parse_html(
                 noindex, nofollow = robots_directives(attrs.get("content") or "", token)
                 page.noindex |= noindex
                 page.nofollow |= nofollow
-        elif tag == "title":
-            if page.title is None:
-                page.title = node.text(strip=True)[:1000]
+        elif tag == "title" and page.title is None:
+            page.title = node.text(strip=True)[:1000]
         elif tag == "main":
             mains.append(node)
         elif tag == "article":
             articles.append(node)
-        elif tag == "base":
-            if page.base is None:
-                page.base = _href(node)
+        elif tag == "base" and page.base is None:
+            page.base = _href(node)
         elif tag == "link" and page.canonical is None:
             rels = (node.attributes.get("rel") or "").lower().split()
             page.canonical = _href(node) if "canonical" in rels else None

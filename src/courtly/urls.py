@@ -35,6 +35,8 @@ __all__ = [
     "normalize_escapes",
     "normalize_links",
     "origin_of",
+    "partition_key",
+    "partition_of",
     "registered_domain",
     "split_authority",
     "split_target",
