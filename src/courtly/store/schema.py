@@ -272,4 +272,10 @@ MIGRATIONS: list[list[str]] = [
     # their URL's partition and their keys name it, so that a crawl action's statements name one
     # partition (Citus's distribution column); SQLite, one machine's, is left as it was
     _migration_13(),
+    # 14: PostgreSQL keeps a stored body and exchange as they come (zstd already: no pglz try)
+    # and in the row up to a page's size, not in the TOAST table: a 2-8 KB compressed page cost
+    # a second heap row and a TOAST index entry (the content insert 37 -> 20 us; bench/RESULTS.md)
+    [Postgres("ALTER TABLE content ALTER COLUMN body SET STORAGE EXTERNAL, "
+              "ALTER COLUMN exchange SET STORAGE EXTERNAL, SET (toast_tuple_target = 8160)"),
+     Postgres("ALTER TABLE revisits ALTER COLUMN exchange SET STORAGE EXTERNAL")],
 ]
