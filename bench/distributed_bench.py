@@ -15,6 +15,8 @@ delay (the crawler and the database, not the delay, are the limit). For each it 
 - CPU ms a page of the crawl processes and of PostgreSQL: the crawl's own server processes
   (found by their application_name, sampled every 0.1 s), not the other clients of a shared
   server; the machine's CPU use (all cores, every process: the machine may be shared);
+- with --rounds N, the whole set N times, then the medians of each mode's pages/s and of the
+  ratios taken within each round;
 - pages per worker, and the largest deviation from their mean: over the whole crawl, and
   while every worker crawls (from the last one's first action to the first one's last); when
   each worker's first action came after the first worker's, and its last before the crawl's.
@@ -29,6 +31,7 @@ import os
 import re
 import resource
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -264,14 +267,38 @@ def main() -> None:
         work = Path(tmp)
         toml = work / "crawl.toml"
         toml.write_text(TOML)
+        rounds: list[dict[str, float]] = []
         for _ in range(args.rounds):
             base = None
+            rates: dict[str, float] = {}
             if not args.no_sqlite:
                 r = run_sqlite(seeds, work, toml, args.concurrency)
-                base = r["pages_per_s"]
+                base = rates["SQLite"] = r["pages_per_s"]
                 print(row(r, base), flush=True)
             for n in [int(x) for x in args.workers.split(",")]:
-                print(row(run_workers(seeds, n, toml, args.concurrency), base), flush=True)
+                r = run_workers(seeds, n, toml, args.concurrency)
+                rates[f"{n} worker{'s' * (n > 1)}"] = r["pages_per_s"]
+                print(row(r, base), flush=True)
+            rounds.append(rates)
+    if len(rounds) > 1:
+        print(medians(rounds))
+
+
+def medians(rounds: list[dict[str, float]]) -> str:
+    """The medians over the rounds of each mode's pages/s and of the ratios taken in each round
+    (a ratio's two runs a minute apart: on a machine whose speed drifts, steadier than the ratio
+    of two medians)."""
+    modes = list(rounds[0])
+    rates = ", ".join(f"{m} {statistics.median(r[m] for r in rounds):.0f}" for m in modes)
+    lines = [f"medians of {len(rounds)} rounds, pages/s: {rates}"]
+    workers = [m for m in modes if m != "SQLite"]
+    pairs = [(m, "SQLite") for m in workers if "SQLite" in modes]
+    pairs += [(m, workers[0]) for m in workers[1:]]
+    for top, bottom in pairs:
+        ratios = [r[top] / r[bottom] for r in rounds]
+        each = ", ".join(f"{x:.2f}" for x in ratios)
+        lines.append(f"  {top} / {bottom}: {statistics.median(ratios):.2f}× (rounds: {each})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
