@@ -15,6 +15,9 @@ delay (the crawler and the database, not the delay, are the limit). For each it 
 - CPU ms a page of the crawl processes and of PostgreSQL: the crawl's own server processes
   (found by their application_name, sampled every 0.1 s), not the other clients of a shared
   server; the machine's CPU use (all cores, every process: the machine may be shared);
+- with --separate, for each N > 1 also N workers each crawling every N-th seed's origin alone
+  (a schema each, at once): the fleet's division of the web without the fleet, what the
+  machine gives N such crawls;
 - with --rounds N, the whole set N times, then the medians of each mode's pages/s and of the
   ratios taken within each round;
 - pages per worker, and the largest deviation from their mean: over the whole crawl, and
@@ -85,13 +88,13 @@ def process_cpu(pid: int) -> float | None:
 
 
 class BackendCpu(threading.Thread):
-    """The CPU of the PostgreSQL server processes serving one crawl schema (their
+    """The CPU of the PostgreSQL server processes serving these crawl schemas (their
     application_name is `courtly:SCHEMA`), sampled until stopped: a process's last sample
     counts (its last 0.1 s may be missed)."""
 
-    def __init__(self, schema: str | None) -> None:
+    def __init__(self, schemas: list[str]) -> None:
         super().__init__(daemon=True)
-        self.app = f"courtly:{schema or ''}"
+        self.apps = [f"courtly:{schema}" for schema in schemas]
         self.seen: dict[int, float] = {}
         self.done = threading.Event()
 
@@ -99,7 +102,7 @@ class BackendCpu(threading.Thread):
         with psycopg.connect(BASE, autocommit=True) as admin:
             while not self.done.is_set():
                 pids = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name "
-                                     "= %s", (self.app,)).fetchall()
+                                     "= ANY(%s)", (self.apps,)).fetchall()
                 for (pid,) in pids:
                     cpu = process_cpu(pid)
                     if cpu is not None:
@@ -116,8 +119,8 @@ class Measure:
     """CPU of the children, of the crawl's PostgreSQL processes and of the machine between
     start and stop."""
 
-    def __init__(self, schema: str | None = None) -> None:
-        self.backends = BackendCpu(schema) if schema else None
+    def __init__(self, schemas: list[str] | None = None) -> None:
+        self.backends = BackendCpu(schemas) if schemas else None
         self.pg_cpu = 0.0
 
     def __enter__(self) -> Measure:
@@ -200,29 +203,41 @@ def run_sqlite(seeds: list[str], work: Path, toml: Path, concurrency: int) -> di
     return summary("SQLite", log, m, None)
 
 
-def run_workers(seeds: list[str], workers: int, toml: Path, concurrency: int) -> dict[str, Any]:
+def run_workers(seeds: list[str], workers: int, toml: Path, concurrency: int,
+                separate: bool = False) -> dict[str, Any]:
+    """`workers` `courtly worker`s sharing one crawl (a schema); or, `separate`, each crawling
+    its own share of the seeds (every N-th) alone, in a schema of its own, all at once: the
+    fleet's division of the web without the fleet (no shared tables, leases or hand-overs)."""
     schema = f"courtly_bench_{uuid.uuid4().hex[:8]}"
-    url = f"{BASE}?schema={schema}"
+    schemas = [f"{schema}_{i}" for i in range(workers)] if separate else [schema]
     py = sys.executable
-    subprocess.run([py, "-m", "courtly", "add-seeds", *seeds, "--db", url], check=True,
-                   capture_output=True)
-    cmd = [py, "-m", "courtly", "-v", "worker", "--db", url, "--min-delay", "0",
-           "--concurrency", str(concurrency), "--config", str(toml)]
-    with Measure(schema) as m:
-        errs = _wait([subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                       text=True) for _ in range(workers)])
+    for i, name in enumerate(schemas):
+        share = seeds[i::len(schemas)]
+        subprocess.run([py, "-m", "courtly", "add-seeds", *share, "--db",
+                        f"{BASE}?schema={name}"], check=True, capture_output=True)
+    cmds = [[py, "-m", "courtly", "-v", "worker", "--db", f"{BASE}?schema={name}",
+             "--min-delay", "0", "--concurrency", str(concurrency), "--config", str(toml)]
+            for name in schemas]
+    with Measure(schemas) as m:
+        errs = _wait([subprocess.Popen(cmds[i % len(cmds)], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, text=True)
+                      for i in range(workers)])
     statements = round_trips = 0
     for err in errs:
         for found in _COUNTERS.finditer(err):
             statements += int(found.group(1))
             round_trips += int(found.group(2))
+    log: list[tuple[str, float, float, str | None]] = []
     with psycopg.connect(BASE, autocommit=True) as admin:
-        admin.execute(f"SET search_path TO {schema}")
-        log = admin.execute("SELECT url, started, elapsed, worker FROM crawl_log").fetchall()
-        admin.execute("SET search_path TO public")
-        admin.execute(f"DROP SCHEMA {schema} CASCADE")
+        for i, name in enumerate(schemas):
+            admin.execute(f"SET search_path TO {name}")
+            crawled = admin.execute("SELECT url, started, elapsed, worker FROM crawl_log")
+            log += [(f"{i} {url}", *rest) for url, *rest in crawled.fetchall()]  # per crawl
+            admin.execute("SET search_path TO public")
+            admin.execute(f"DROP SCHEMA {name} CASCADE")
     counters = (statements, round_trips) if round_trips else None
-    return summary(f"PostgreSQL, {workers} worker{'s' * (workers > 1)}", log, m, counters)
+    mode = f"PostgreSQL, {workers} worker{'s' * (workers > 1)}"
+    return summary(mode + (", each its share alone" if separate else ""), log, m, counters)
 
 
 def row(r: dict[str, Any], base: float | None) -> str:
@@ -249,6 +264,8 @@ def main() -> None:
     parser.add_argument("--base-port", type=int, default=28001)
     parser.add_argument("--rounds", type=int, default=1, help="repeat the whole set")
     parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL workers only")
+    parser.add_argument("--separate", action="store_true",
+                        help="for each N > 1, also N workers each crawling its share alone")
     args = parser.parse_args()
     params = synth.Params(args.origins, args.pages, 1, args.base_port)
     site_dir, manifest = synth.load_or_generate(params, BENCH / ".cache" / "sites")
@@ -279,6 +296,10 @@ def main() -> None:
                 r = run_workers(seeds, n, toml, args.concurrency)
                 rates[f"{n} worker{'s' * (n > 1)}"] = r["pages_per_s"]
                 print(row(r, base), flush=True)
+                if args.separate and n > 1:
+                    r = run_workers(seeds, n, toml, args.concurrency, separate=True)
+                    rates[f"{n} alone"] = r["pages_per_s"]
+                    print(row(r, base), flush=True)
             rounds.append(rates)
     if len(rounds) > 1:
         print(medians(rounds))
