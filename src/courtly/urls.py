@@ -222,6 +222,7 @@ def normalize_links(
         return [None] * len(urls)
     opts = _defaults() if opts is None else opts
     plain = not (opts.collapse_slashes or opts.drop_index or opts.drop_trailing_slash)
+    unmarked = plain and opts.drop_fragment  # a link's fragment is just cut off
     page: str | None = ""  # what "#…" resolves to (None: resolve each), worked out when first met
     out: list[str | None] = []
     for url in urls:
@@ -236,11 +237,14 @@ def normalize_links(
         except (ValueError, TypeError):
             out.append(None)
             continue
+        if unmarked and "#" in href:
+            href = href[:href.index("#")]  # what _clean does first (29 % of rustdoc's links)
+        # _clean's own early return, without the call (2,800 instructions a link;
+        # test_normalize_links_is_normalize_for_each holds the two together)
         if plain and href.startswith(_HTTP) and not (
             "#" in href or "%" in href or "?" in href or ";" in href
         ):
-            out.append(href)  # _clean's own early return, without the call (2,800 instructions
-            # a link; test_normalize_links_is_normalize_for_each holds the two together)
+            out.append(href)
         else:
             out.append(_clean(href, opts))
     return out
