@@ -157,6 +157,31 @@ def test_a_fleets_page_sharing_no_key_is_recorded_without_a_query(
     store.close()
 
 
+def test_keys_a_fleet_staged_before_are_merged_and_found(pg_url: PgUrl) -> None:
+    """PostgreSQL once staged band keys in near_dup_recent; migration 15 merges them into
+    near_dup_keys, all that a fleet's look-ups probe now: a page sharing one is still found."""
+    store = open_store(pg_url)
+    store.add_links([Link("http://a/old", "http://a", 0)])
+    cand = store.take_todo("http://a", 1, 1, 0.0)[0]
+    action = CrawlAction(cand, "http://a", ExitCode.OK, 0.0)
+    signature = action.near_signature = random.Random(15).randbytes(dedup.PACK.size)
+    store.record(action, 1)
+    store.flush()
+    store.close()
+    execute(pg_url,  # a database of schema 14 as that version left it: its keys staged
+            "INSERT INTO near_dup_recent (key, candidate, sketch, part) "
+            "SELECT key, candidate, sketch, part FROM near_dup_keys",
+            "DELETE FROM near_dup_keys", "UPDATE schema_version SET version = 14")
+    store = open_store(pg_url)  # migrated
+    assert rows(pg_url, "SELECT COUNT(*) AS n FROM near_dup_recent") == [{"n": 0}]
+    assert rows(pg_url, "SELECT COUNT(*) AS n FROM near_dup_keys") == [{"n": dedup.BANDS}]
+    copy = bytearray(signature)
+    copy[-2:] = b"\xff\xff"
+    _, similar, _ = store.page_lookups(None, bytes(copy), "http://a/new", 0.8, None, 0.0)
+    assert similar is not None and similar[0] == "http://a/old"
+    store.close()
+
+
 def test_pages_not_ok_are_not_indexed(db: Path) -> None:
     """A near-duplicate keeps its signature (a recrawl replaces it) but takes no bucket place."""
     rng = random.Random(6)

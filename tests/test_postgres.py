@@ -135,7 +135,7 @@ def test_the_near_duplicate_probe_reads_the_index_before_any_statistics(pg_url: 
         plan = conn.execute("EXPLAIN " + ANY_KEY, ([1, 2, 3, 4, 5, 6, 7, 8],)).fetchall()
     shown = "\n".join(r[0] for r in plan)
     assert "Seq Scan on near_dup_keys" not in shown and "near_dup_keys_6_pkey" in shown, shown
-    assert "Seq Scan on near_dup_recent" not in shown and "near_dup_recent_pkey" in shown, shown
+    assert "near_dup_recent" not in shown, shown  # nothing staged there (migration 15)
 
 
 def test_a_pages_link_states_are_read_by_index_with_a_plan_made_on_an_empty_table(

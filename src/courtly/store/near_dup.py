@@ -11,13 +11,12 @@ from courtly import dedup
 from courtly.store.keyed import Keyed
 
 #: the pages that share a band key, at most dedup.MEMBERS a key (the first indexed: a bucket's
-#: representatives), with their sketches: one index probe per key and table (the large one, and
-#: the recent keys not yet merged into it). Bounded whatever the crawl's size: templated pages
-#: share keys by chance. For a database many workers write (their inserts may race past
-#: MEMBERS)
+#: representatives), with their sketches: one index probe per key. Bounded whatever the crawl's
+#: size: templated pages share keys by chance. For a database many workers write (their inserts
+#: may race past MEMBERS), which stages no keys (PostgreSQL: keys_staged is False, and
+#: migration 15 merged what it staged before)
 _SHARING_A_KEY = " UNION ALL ".join(
     f"SELECT * FROM (SELECT key, candidate, sketch FROM near_dup_keys WHERE key = ? "
-    f"UNION ALL SELECT key, candidate, sketch FROM near_dup_recent WHERE key = ? "
     f"LIMIT {dedup.MEMBERS}) AS band{i}" for i in range(dedup.BANDS)
 )
 
@@ -160,8 +159,8 @@ class NearDupIndex:
         dedup.MEMBERS a key): on a database only this store writes, probes of the keys its
         filters may hold alone (most pages' keys: none)."""
         indexed, recent = self._index_filter, self._recent_filter
-        if indexed is None:
-            return list(self._x(_SHARING_A_KEY, [k for k in keys for k in (k, k)]))
+        if indexed is None:  # many workers write it, straight into near_dup_keys
+            return list(self._x(_SHARING_A_KEY, keys))
         probed = indexed.holding(keys)
         newer = keys if recent is None else recent.holding(keys)
         if not probed and not newer:

@@ -78,13 +78,13 @@ END $$"""
 #: the fence's call in a write batch (its arrays as literals: `_array`)
 _FENCE_CALL = "SELECT courtly_fence(%s, %s::integer[], %s::bigint[])"
 
-#: does any of these band keys (%s, an array) have a page: one probe per key of the index and of
-#: the recent keys (`key = ANY(keys) LIMIT 1` is planned as a scan of the whole table while the
-#: table has no statistics, as in a crawl's first minutes: 2 ms a page at 30,000 keys, and
-#: growing; two EXISTS joined by OR, as a scan of the recent keys)
+#: does any of these band keys (%s, an array) have a page: one probe of the index per key (`key
+#: = ANY(keys) LIMIT 1` is planned as a scan of the whole table while the table has no
+#: statistics, as in a crawl's first minutes: 2 ms a page at 30,000 keys, and growing). The
+#: recent keys' table is not probed: PostgreSQL stages none (migration 15 merged the old ones;
+#: its empty probes cost 10 us a page)
 ANY_KEY = ("SELECT 'k', NULL, NULL, NULL FROM unnest(%s::bigint[]) AS k(key) WHERE EXISTS ("
-           "SELECT 1 FROM near_dup_keys n WHERE n.key = k.key UNION ALL "
-           "SELECT 1 FROM near_dup_recent r WHERE r.key = k.key) LIMIT 1")
+           "SELECT 1 FROM near_dup_keys n WHERE n.key = k.key) LIMIT 1")
 
 #: the states of these URLs (%s, %s: arrays of their partitions and of them), one probe of the
 #: URL index each: `url = ANY(urls)` was prepared as a scan of the whole table while it was

@@ -278,4 +278,9 @@ MIGRATIONS: list[list[str]] = [
     [Postgres("ALTER TABLE content ALTER COLUMN body SET STORAGE EXTERNAL, "
               "ALTER COLUMN exchange SET STORAGE EXTERNAL, SET (toast_tuple_target = 8160)"),
      Postgres("ALTER TABLE revisits ALTER COLUMN exchange SET STORAGE EXTERNAL")],
+    # 15: PostgreSQL's band keys are all in near_dup_keys, so a look-up probes no other table:
+    # the keys it staged in near_dup_recent before writing them straight in are merged
+    [Postgres("INSERT INTO near_dup_keys (key, candidate, sketch, part) SELECT key, candidate, "
+              "sketch, part FROM near_dup_recent ON CONFLICT DO NOTHING"),
+     Postgres("DELETE FROM near_dup_recent")],
 ]
