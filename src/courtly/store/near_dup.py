@@ -90,6 +90,11 @@ class NearDupIndex:
     def _keys_table(self) -> str:
         return "near_dup_recent" if self.keys_staged else "near_dup_keys"
 
+    @property
+    def _key_tables(self) -> tuple[str, ...]:
+        """The tables a page's keys may be in (PostgreSQL stages none: migration 15)."""
+        return ("near_dup_keys", "near_dup_recent") if self.keys_staged else ("near_dup_keys",)
+
     @functools.cached_property
     def _insert_keys(self) -> str:
         """A page's band keys in one statement."""
@@ -187,10 +192,10 @@ class NearDupIndex:
             try:
                 keys = dedup.band_keys(_signature(old[0]))
             except ValueError:  # damaged: its keys are found by candidate instead
-                for table in ("near_dup_keys", "near_dup_recent"):
+                for table in self._key_tables:
                     self._x(self._KEYS_OF.format(table), (candidate,) + part)
             else:
-                for table in ("near_dup_keys", "near_dup_recent"):
+                for table in self._key_tables:
                     self._xmany(self._KEY_OF.format(table),
                                 [(key, candidate) + part for key in keys])
         self._x(self._SIGNATURE, (candidate, signature) + part)
