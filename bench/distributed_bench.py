@@ -20,6 +20,12 @@ delay (the crawler and the database, not the delay, are the limit). For each it 
   machine gives N such crawls;
 - with --rounds N, the whole set N times, then the medians of each mode's pages/s and of the
   ratios taken within each round;
+- then a second table, while every worker crawls (the start-up and the tail left out): pages/s,
+  the CPU a page of each part (the workers' event-loop threads, their database threads, their
+  page workers, their PostgreSQL server processes, and the rest of the machine: nginx, the
+  sampler, anything else), the machine's CPU use, and an origin's cycle (the median time
+  between the starts of its consecutive crawl actions: an origin has one request at a time,
+  so N origins crawl at most N pages a cycle);
 - pages per worker, and the largest deviation from their mean: over the whole crawl, and
   while every worker crawls (from the last one's first action to the first one's last); when
   each worker's first action came after the first worker's, and its last before the crawl's.
@@ -30,6 +36,7 @@ Needs the PostgreSQL server of the tests (COURTLY_TEST_POSTGRES, default 127.0.0
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import resource
@@ -78,8 +85,23 @@ def cpu_times() -> tuple[float, float]:
 
 def process_cpu(pid: int) -> float | None:
     """CPU seconds (user + sys) of one process, from /proc; None once it has exited."""
+    return process_cpu_at(f"/proc/{pid}/stat")
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of one process ({} once it has exited)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        cpu = process_cpu_at(f"/proc/{pid}/task/{task.name}/stat")
+        if cpu is not None:
+            out[int(task.name)] = cpu
+    return out
+
+
+def process_cpu_at(stat_path: str) -> float | None:
+    """CPU seconds (user + sys) from one /proc stat file; None once it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(stat_path) as f:
             stat = f.read()
     except OSError:
         return None
@@ -87,54 +109,106 @@ def process_cpu(pid: int) -> float | None:
     return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
-class BackendCpu(threading.Thread):
-    """The CPU of the PostgreSQL server processes serving these crawl schemas (their
-    application_name is `courtly:SCHEMA`), sampled until stopped: a process's last sample
-    counts (its last 0.1 s may be missed)."""
+def children(pid: int) -> list[int]:
+    """The direct children of a process (a worker's page worker)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError, ValueError):  # the process just ended
+            out += [int(c) for c in task.read_text().split()]
+    return out
 
-    def __init__(self, schemas: list[str]) -> None:
+
+#: the parts of a crawl whose CPU the sampler follows, in the steady table's order
+PARTS = ("crawl loop", "database thread", "page worker", "PostgreSQL", "rest of the machine")
+
+
+class Sampler(threading.Thread):
+    """Every 0.1 s until stopped: the cumulative CPU of each part of the crawl (the workers'
+    event-loop threads, their other threads, their page workers, the PostgreSQL server processes
+    serving these crawl schemas, found by their application_name `courtly:SCHEMA`) and of the
+    whole machine, with the time; for the figures while every worker crawls (`steady`)."""
+
+    def __init__(self, schemas: list[str] | None) -> None:
         super().__init__(daemon=True)
-        self.apps = [f"courtly:{schema}" for schema in schemas]
-        self.seen: dict[int, float] = {}
+        self.apps = [f"courtly:{schema}" for schema in schemas or []]
+        self.pids: list[int] = []  # the crawl processes, added as they start
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self.seen: dict[tuple[str, int], float] = {}  # (part, pid or tid): its last CPU
+        self.backends: dict[int, float] = {}
         self.done = threading.Event()
 
     def run(self) -> None:
-        with psycopg.connect(BASE, autocommit=True) as admin:
+        admin = psycopg.connect(BASE, autocommit=True) if self.apps else None
+        try:
             while not self.done.is_set():
-                pids = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name "
-                                     "= ANY(%s)", (self.apps,)).fetchall()
-                for (pid,) in pids:
-                    cpu = process_cpu(pid)
-                    if cpu is not None:
-                        self.seen[pid] = cpu
+                self.sample(admin)
                 self.done.wait(0.1)
+        finally:
+            if admin is not None:
+                admin.close()
+
+    def sample(self, admin: psycopg.Connection[Any] | None) -> None:
+        for pid in list(self.pids):
+            for tid, cpu in thread_cpu(pid).items():
+                self.seen["crawl loop" if tid == pid else "database thread", tid] = cpu
+            for child in children(pid):
+                worker = process_cpu(child)
+                if worker is not None:
+                    self.seen["page worker", child] = worker
+        if admin is not None:
+            for (pid,) in admin.execute("SELECT pid FROM pg_stat_activity WHERE "
+                                        "application_name = ANY(%s)", (self.apps,)).fetchall():
+                backend = process_cpu(pid)
+                if backend is not None:
+                    self.backends[pid] = self.seen["PostgreSQL", pid] = backend
+        parts = dict.fromkeys(PARTS, 0.0)
+        for (part, _), cpu in self.seen.items():
+            parts[part] += cpu
+        busy, _total = cpu_times()
+        hz = os.sysconf("SC_CLK_TCK")
+        parts["rest of the machine"] = busy / hz - sum(parts.values())
+        parts["machine"], parts["machine total"] = busy / hz, _total / hz
+        self.samples.append((time.time(), parts))
 
     def stop(self) -> float:
+        """Stop; the PostgreSQL processes' CPU (a process's last 0.1 s may be missed)."""
         self.done.set()
         self.join()
-        return sum(self.seen.values())
+        return sum(self.backends.values())
+
+    def between(self, lo: float, hi: float) -> dict[str, float] | None:
+        """Each part's CPU seconds from lo to hi (the samples nearest inside), and the machine's
+        busy share; None if the span holds fewer than two samples."""
+        inside = [(t, parts) for t, parts in self.samples if lo <= t <= hi]
+        if len(inside) < 2:
+            return None
+        (t0, a), (t1, b) = inside[0], inside[-1]
+        out = {part: b[part] - a[part] for part in PARTS}
+        out["seconds"] = t1 - t0
+        out["machine"] = (b["machine"] - a["machine"]) / max(
+            1e-9, b["machine total"] - a["machine total"])
+        out["from"], out["to"] = t0, t1
+        return out
 
 
 class Measure:
     """CPU of the children, of the crawl's PostgreSQL processes and of the machine between
-    start and stop."""
+    start and stop; the sampler's figures for any span in between."""
 
     def __init__(self, schemas: list[str] | None = None) -> None:
-        self.backends = BackendCpu(schemas) if schemas else None
+        self.sampler = Sampler(schemas)
         self.pg_cpu = 0.0
 
     def __enter__(self) -> Measure:
         self.busy0, self.total0 = cpu_times()
         self.usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if self.backends is not None:
-            self.backends.start()
+        self.sampler.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         busy1, total1 = cpu_times()
-        if self.backends is not None:
-            self.pg_cpu = self.backends.stop()
+        self.pg_cpu = self.sampler.stop()
         self.crawl_cpu = (usage1.ru_utime - self.usage0.ru_utime) + (
             usage1.ru_stime - self.usage0.ru_stime)
         self.machine = (busy1 - self.busy0) / max(1.0, total1 - self.total0)
@@ -171,8 +245,15 @@ def summary(mode: str, log: list[tuple[str, float, float, str | None]], m: Measu
     ends = {w: max(r[1] for r in log if (r[3] or "") == w) for w in per_worker}
     lo, hi = max(starts.values()), min(ends.values())
     together = Counter((r[3] or "") for r in log if lo <= r[1] <= hi)
-    steady = [together.get(w, 0) for w in per_worker]
-    steady_mean = sum(steady) / len(steady)
+    cpu = m.sampler.between(lo, hi)
+    steady: dict[str, Any] | None = None
+    if cpu is not None:
+        done = sum(1 for r in log if cpu["from"] <= r[1] < cpu["to"])
+        steady = {"mode": mode, "pages_per_s": done / cpu["seconds"],
+                  "machine": cpu["machine"], "cycle_ms": 1000 * origin_cycle(log),
+                  "us": {part: 1e6 * cpu[part] / max(1, done) for part in PARTS}}
+    shares_together = [together.get(w, 0) for w in per_worker]
+    steady_mean = sum(shares_together) / len(shares_together)
     return {
         "mode": mode, "pages": pages, "urls": len(urls),
         "twice": sum(1 for n in urls.values() if n > 1), "span": span,
@@ -182,11 +263,34 @@ def summary(mode: str, log: list[tuple[str, float, float, str | None]], m: Measu
         "crawl_cpu_ms": 1000 * m.crawl_cpu / pages, "pg_cpu_ms": 1000 * m.pg_cpu / pages,
         "machine": m.machine, "shares": shares,
         "spread": max(abs(s - mean) for s in shares) / mean,
-        "steady": sorted(steady, reverse=True), "steady_span": max(0.0, hi - lo),
-        "steady_spread": max(abs(s - steady_mean) for s in steady) / max(1e-9, steady_mean),
+        "steady": sorted(shares_together, reverse=True), "steady_span": max(0.0, hi - lo),
+        "steady_spread": max(abs(s - steady_mean) for s in shares_together)
+        / max(1e-9, steady_mean),
+        "cpu": steady,
         "starts": sorted(starts[w] - first for w in per_worker),
         "ends": sorted(last - ends[w] for w in per_worker),
     }
+
+
+def origin_cycle(log: list[tuple[str, float, float, str | None]]) -> float:
+    """The median time between the starts of an origin's consecutive crawl actions: the cycle
+    each origin's pages take turns in (one request at a time per origin)."""
+    by_origin: dict[str, list[float]] = {}
+    for url, started, _, _ in log:
+        by_origin.setdefault(url.split("/")[2], []).append(started)
+    gaps = [b - a for starts in by_origin.values()
+            for a, b in zip(sorted(starts), sorted(starts)[1:], strict=False)]
+    return statistics.median(gaps) if gaps else 0.0
+
+
+def _start(cmds: list[list[str]], m: Measure) -> list[subprocess.Popen[str]]:
+    """Start the crawl processes; the sampler follows each."""
+    procs = []
+    for cmd in cmds:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        m.sampler.pids.append(proc.pid)
+        procs.append(proc)
+    return procs
 
 
 def run_sqlite(seeds: list[str], work: Path, toml: Path, concurrency: int) -> dict[str, Any]:
@@ -194,8 +298,7 @@ def run_sqlite(seeds: list[str], work: Path, toml: Path, concurrency: int) -> di
     cmd = [sys.executable, "-m", "courtly", "crawl", *seeds, "--db", str(db), "--min-delay", "0",
            "--concurrency", str(concurrency), "--config", str(toml)]
     with Measure() as m:
-        _wait([subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True)])
+        _wait(_start([cmd], m))
     with sqlite3.connect(db) as con:
         log = con.execute("SELECT url, started, elapsed, worker FROM crawl_log").fetchall()
     for suffix in ("", "-wal", "-shm"):
@@ -219,9 +322,7 @@ def run_workers(seeds: list[str], workers: int, toml: Path, concurrency: int,
              "--min-delay", "0", "--concurrency", str(concurrency), "--config", str(toml)]
             for name in schemas]
     with Measure(schemas) as m:
-        errs = _wait([subprocess.Popen(cmds[i % len(cmds)], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE, text=True)
-                      for i in range(workers)])
+        errs = _wait(_start([cmds[i % len(cmds)] for i in range(workers)], m))
     statements = round_trips = 0
     for err in errs:
         for found in _COUNTERS.finditer(err):
@@ -285,24 +386,46 @@ def main() -> None:
         toml = work / "crawl.toml"
         toml.write_text(TOML)
         rounds: list[dict[str, float]] = []
+        steady: list[dict[str, Any]] = []
         for _ in range(args.rounds):
             base = None
             rates: dict[str, float] = {}
-            if not args.no_sqlite:
-                r = run_sqlite(seeds, work, toml, args.concurrency)
-                base = rates["SQLite"] = r["pages_per_s"]
-                print(row(r, base), flush=True)
+            runs: list[tuple[str, Any]] = [] if args.no_sqlite else [("SQLite", None)]
             for n in [int(x) for x in args.workers.split(",")]:
-                r = run_workers(seeds, n, toml, args.concurrency)
-                rates[f"{n} worker{'s' * (n > 1)}"] = r["pages_per_s"]
-                print(row(r, base), flush=True)
+                runs.append((f"{n} worker{'s' * (n > 1)}", (n, False)))
                 if args.separate and n > 1:
-                    r = run_workers(seeds, n, toml, args.concurrency, separate=True)
-                    rates[f"{n} alone"] = r["pages_per_s"]
-                    print(row(r, base), flush=True)
+                    runs.append((f"{n} alone", (n, True)))
+            for name, how in runs:
+                if how is None:
+                    r = run_sqlite(seeds, work, toml, args.concurrency)
+                    base = r["pages_per_s"]
+                else:
+                    r = run_workers(seeds, how[0], toml, args.concurrency, separate=how[1])
+                rates[name] = r["pages_per_s"]
+                print(row(r, base), flush=True)
+                if r["cpu"] is not None:
+                    steady.append(r["cpu"])
             rounds.append(rates)
+    print(steady_table(steady))
     if len(rounds) > 1:
         print(medians(rounds))
+
+
+def steady_table(rows: list[dict[str, Any]]) -> str:
+    """While every worker crawls (the start-up and the tail left out): pages/s, the CPU a page
+    of each part of the crawl and of the rest of the machine (nginx, other PostgreSQL
+    processes, anything else running), the machine's CPU use, and an origin's cycle."""
+    lines = ["", "While every worker crawls:", "",
+             "| mode | pages/s | " + " | ".join(f"{part} µs/page" for part in PARTS)
+             + " | all µs/page | machine CPU | an origin's cycle (ms, median) |",
+             "|" + " --- |" * (len(PARTS) + 5)]
+    for r in rows:
+        us = r["us"]
+        lines.append(f"| {r['mode']} | {r['pages_per_s']:.0f} | "
+                     + " | ".join(f"{us[part]:.0f}" for part in PARTS)
+                     + f" | {sum(us.values()):.0f} | {100 * r['machine']:.0f}% "
+                     f"| {r['cycle_ms']:.1f} |")
+    return "\n".join(lines)
 
 
 def medians(rounds: list[dict[str, float]]) -> str:
