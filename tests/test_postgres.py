@@ -548,6 +548,53 @@ def test_pages_look_ups_queued_together_are_one_round_trip(pg_url: PgUrl) -> Non
     store.close()
 
 
+def test_pages_look_ups_pass_reads_queued_between_them(pg_url: PgUrl) -> None:
+    """Look-ups queued around other reads (a todo list, a wait for the writes) still go in one
+    pipeline at the wake; each call gets its own answer. A call that may write (any other)
+    sends the look-ups queued before it first."""
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    origin, other = "http://a.example", "http://b.example"
+    store.add_links([Link(f"{origin}/{i}", origin, 0) for i in range(2)]
+                    + [Link(f"{other}/{i}", other, 0) for i in range(2)])
+    first, second = store.take_todo(origin, 1, 2, 0.0)
+    store.record(CrawlAction(first, origin, ExitCode.OK, 0.0, http_status=200,
+                             content_hash="h1"), 1)
+    look = [("h1", None, second.url, 0.8, None, 1.0), ("h9", None, second.url, 0.8, None, 1.0)]
+    expected = [store.page_lookups(*args) for args in look]
+    assert expected[0][0] == first.url and expected[1][0] is None
+    before = store.round_trips
+    todo = store.take_todo(other, 1, 2, 0.0)
+    todo_trips = store.round_trips - before
+
+    async def wake(with_write: bool) -> list[object]:
+        db = Database(store)
+        assert db.thread is not None
+        try:
+            with db.thread._ready:  # the thread takes them at one wake
+                futures: list[asyncio.Future[Any]] = [
+                    db.thread.later(store.page_lookups, *look[0]),
+                    db.thread.later(store.take_todo, other, 1, 2, 0.0),
+                    db.thread.committed()]
+                if with_write:
+                    futures.append(db.thread.later(store.add_origins, ["http://c.example"]))
+                futures.append(db.thread.later(store.page_lookups, *look[1]))
+            return list(await asyncio.gather(*futures))
+        finally:
+            db.close()
+
+    before = store.round_trips
+    answers = asyncio.run(wake(False))
+    assert answers[0] == expected[0] and answers[3] == expected[1]
+    assert [c.url for c in answers[1]] == [c.url for c in todo]  # type: ignore[attr-defined]
+    assert store.round_trips - before == todo_trips + 1  # both look-ups in one pipeline
+    before = store.round_trips
+    answers = asyncio.run(wake(True))
+    assert answers[0] == expected[0] and answers[4] == expected[1]
+    assert store.round_trips - before > todo_trips + 1  # a write between: sent apart
+    store.close()
+
+
 def test_a_store_opens_with_descriptors_past_1024(pg_url: PgUrl) -> None:
     """Opening a store when the process already holds over 1,024 descriptors (a broad crawl's
     sockets): the pooler check waits on its connection with poll(), which select() could not."""
