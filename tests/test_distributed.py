@@ -255,6 +255,54 @@ def test_a_frozen_worker_is_fenced_off_and_drops_its_partitions(serve, pg_url: P
     assert_polite(site, 0.1)
 
 
+def heartbeat(pg_url: PgUrl, worker: str) -> float:
+    return float(rows(pg_url, "SELECT heartbeat FROM workers WHERE id = ?", worker)[0]["heartbeat"])
+
+
+def test_a_worker_that_joins_is_planned_its_share_at_once(serve, pg_url: PgUrl,
+                                                         tmp_path: Path) -> None:
+    """A crawling worker polls every lease_seconds / 4 (3 s here); between polls it reads the
+    fleet's membership every quarter second, so a worker that registers right after one of its
+    polls is planned its share at once (the crawling worker polls, hands back partitions), not
+    an interval later."""
+    site = fleet_site(serve, page_delay=0.05)
+    assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
+    config = tmp_path / "fleet.toml"
+    config.write_text("[fleet]\nlease_seconds = 12\npartitions = 16\n")  # polls 3 s apart
+    crawling = start_workers(pg_url, 1, config, delay=1.0)
+    try:
+        deadline = time.monotonic() + 60
+        while not rows(pg_url, "SELECT id FROM crawl_log"):
+            assert time.monotonic() < deadline, "the worker did not get going"
+            time.sleep(0.05)
+        worker = str(rows(pg_url, "SELECT id FROM workers")[0]["id"])
+        time.sleep(6.5)  # past its first two intervals, when it polls fast
+        last = heartbeat(pg_url, worker)
+        while heartbeat(pg_url, worker) == last:  # a poll just made: the next in 3 s
+            time.sleep(0.01)
+        polled = time.monotonic()
+        conninfo, schema = conninfo_and_schema(pg_url)
+        with psycopg.connect(conninfo, autocommit=True) as conn:  # registered as a worker does
+            conn.execute(f"SET search_path TO {schema}")
+            conn.execute("INSERT INTO workers (id, host, pid, started, heartbeat, busy, actions) "
+                         "VALUES ('joiner', 'elsewhere', 1, EXTRACT(EPOCH FROM clock_timestamp()), "
+                         "EXTRACT(EPOCH FROM clock_timestamp()) + 60, 1, 0)")
+        joined = time.monotonic()
+        last = heartbeat(pg_url, worker)
+        while heartbeat(pg_url, worker) == last:
+            assert time.monotonic() < polled + 2.5, "no poll before the interval was over"
+            time.sleep(0.01)
+        assert time.monotonic() - joined < 1.0
+        # its share planned: partitions handed back for the newcomer within two more polls
+        while not rows(pg_url, "SELECT part FROM leases WHERE worker IS NULL"):
+            assert time.monotonic() < joined + 2.0, "no partition handed back"
+            time.sleep(0.01)
+    finally:
+        for proc in crawling:
+            proc.terminate()
+            proc.communicate(timeout=30)
+
+
 def test_continuous_worker_waits_for_new_seeds(serve, pg_url: PgUrl, tmp_path: Path) -> None:
     site = serve({"a": {"/": Page(html("A", ["/x"])), "/x": Page(html("X", []))},
                   "b": {"/": Page(html("B", ["/y"])), "/y": Page(html("Y", []))}})

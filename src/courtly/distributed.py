@@ -40,6 +40,10 @@ log = logging.getLogger("courtly")
 
 #: a lease is trusted locally only up to this fraction of its length after the renewal was sent
 _SAFETY = 0.8
+#: between polls, the fleet's membership is read this often (seconds): a worker that joins or
+#: leaves gets its share planned at once (with polls an interval apart, a worker started a
+#: moment after another waited up to lease_seconds / 4 for its first partition)
+MEMBERS_CHECK = 0.25
 
 
 @dataclass
@@ -82,6 +86,7 @@ class Worker:
         self._busy: bool | None = None
         self._scope: list[str] | None = None
         self._joined = 0.0  # monotonic: when this worker joined (fast polls for a while)
+        self._members: tuple[int, float] | None = None  # the fleet's membership at the last poll
 
     # -- joining and leaving ---------------------------------------------------------------
     def join(self) -> int:
@@ -176,6 +181,7 @@ class Worker:
             log.info("finished for this run: %s", ", ".join(given_up))
             store.give_up(given_up, self.run)
         self._assign_partitions()
+        self._members = store.members()
         self._rebalance(set(running), held)
         work = [o for o in store.origins_with_work(sorted(self.held), self.run, due)
                 if o not in active]
@@ -208,8 +214,9 @@ class Worker:
                                     crawl.stats.actions, crawl.due_time(), under_way)
             if plan.scope is not None:  # seeds were added
                 crawl.rescope(plan.scope)
-            for origin in plan.origins:
-                await crawl.take_over(origin)
+            # at once: one by one, each origin's state waited for a turn of the busy database
+            # thread (200 origins took seconds, and no poll handed a joining worker its share)
+            await asyncio.gather(*(crawl.take_over(origin) for origin in plan.origins))
             if plan.done:
                 crawl.finish()
                 return
@@ -218,13 +225,16 @@ class Worker:
             # intervals after joining, when workers started together are still registering
             # (the first takes every partition and hands the others theirs a poll later: each
             # poll's wait is a wait for a worker with nothing to crawl); as soon as the last
-            # origin crawler finishes, or as soon as the partitions being handed back have no
-            # turn or write left (the joining worker gets them a poll sooner)
+            # origin crawler finishes, as soon as the partitions being handed back have no
+            # turn or write left (the joining worker gets them a poll sooner), or as soon as a
+            # worker joins or leaves (checked every MEMBERS_CHECK seconds: its share is
+            # planned at once, not an interval later)
             busy = bool(crawl.turns.crawlers)
             moving = bool(self.releasing) or not self._wanted <= self.held or (
                 time.monotonic() < self._joined + 2 * self.interval)
             wait = 0.25 if moving else (self.interval if busy else 1.0)
-            end = time.monotonic() + min(self.interval, wait)
+            now = time.monotonic()
+            end, check = now + min(self.interval, wait), now + MEMBERS_CHECK
             while time.monotonic() < end and not crawl.turns.stopping:
                 crawl.turns.revoke(self.holds)
                 if busy and all(c.finished for c in crawl.turns.crawlers.values()):
@@ -232,6 +242,10 @@ class Worker:
                 if self.releasing and self.releasing.isdisjoint(
                         self.part(o) for o in _under_way(crawl)):
                     break
+                if time.monotonic() >= check:
+                    if await polls.call(self.store.members) != self._members:
+                        break
+                    check = time.monotonic() + MEMBERS_CHECK
                 await asyncio.sleep(0.02)
 
     # -- inside a poll ---------------------------------------------------------------------

@@ -667,6 +667,13 @@ class PostgresStore(PostgresBatches):
         ).fetchall()
         return [str(r[0]) for r in live], [(str(r[0]), int(r[1])) for r in local]
 
+    def members(self) -> tuple[int, float]:
+        """The fleet's membership, cheaply: how many workers have not stopped, and the latest
+        start among them (changes when a worker joins or leaves; between polls)."""
+        row = self._px("SELECT COUNT(*), COALESCE(MAX(started), 0) FROM workers "
+                       "WHERE stopped IS NULL").fetchone()
+        return int(row[0]), float(row[1])
+
     def partition_weights(self, run: int) -> dict[int, int]:
         """Each partition's configured origins not finished for this run."""
         rows = self._px(
