@@ -173,13 +173,13 @@ def test_a_redirect_chain_is_walked_by_index_with_a_plan_made_on_an_empty_table(
     store = PostgresStore(pg_url)
     conninfo, schema = conninfo_and_schema(pg_url)
     queries: list[str] = []
-    execute_one = store._x
+    read = store._read
 
     def traced(sql: str, params: Any = ()) -> Any:
         queries.append(sql)
-        return execute_one(sql, params)
+        return read(sql, params)
 
-    store._x = traced  # type: ignore[method-assign]
+    store._read = traced  # type: ignore[method-assign]
     assert store.redirect_chain("http://a.example/x", 5) == 0
     store.close()
     statement = next(q for q in queries if "FROM redirects" in q)

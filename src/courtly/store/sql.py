@@ -153,6 +153,10 @@ class SqlBase:
     def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
         raise NotImplementedError
 
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """A read the crawl repeats, of a fixed text (a backend may run it a faster way)."""
+        return self._x(sql, params)
+
     def _xmany(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
         raise NotImplementedError
 
@@ -439,11 +443,11 @@ class SqlRecords(NearDupIndex, SqlReads):
         took before has been recorded: what is still NOT_CRAWLED, QUEUED or due is not taken.
         """
         part = self._part_param(origin)
-        rows = self._x(self._RETRIED_TODO, part + (origin, run, limit)).fetchall()
+        rows = self._read(self._RETRIED_TODO, part + (origin, run, limit)).fetchall()
         if len(rows) < limit:
-            rows += self._x(self._FRESH_TODO, part + (origin, limit - len(rows))).fetchall()
+            rows += self._read(self._FRESH_TODO, part + (origin, limit - len(rows))).fetchall()
         if len(rows) < limit:
-            rows += self._x(
+            rows += self._read(
                 self._DUE_TODO, part + (origin, now, run, limit - len(rows))).fetchall()
         try:  # the conversions raise on a damaged row (cheaper than checking each value)
             return [
@@ -540,7 +544,7 @@ class SqlRecords(NearDupIndex, SqlReads):
 
     # -- per-origin state ----------------------------------------------------------------
     def load_origin(self, origin: str) -> OriginState:
-        row = self._x(
+        row = self._read(
             f"SELECT {', '.join(_ORIGIN_COLUMNS)} FROM origins WHERE origin = ?", (origin,)
         ).fetchone()
         if row is None:
@@ -636,7 +640,7 @@ class SqlStore(SqlRecords):
         while hops <= limit:
             # no LIMIT: with it, PostgreSQL prepared a scan of a small redirects table (a LIMIT
             # makes a scan look cheap) and kept that plan as the table grew
-            row = self._x("SELECT url FROM redirects WHERE target = ?", (url,)).fetchone()
+            row = self._read("SELECT url FROM redirects WHERE target = ?", (url,)).fetchone()
             if row is None or row[0] in seen:
                 break
             url = str(row[0])
