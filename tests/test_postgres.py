@@ -548,6 +548,25 @@ def test_pages_look_ups_queued_together_are_one_round_trip(pg_url: PgUrl) -> Non
     store.close()
 
 
+def test_repeated_reads_survive_their_prepared_statements_deallocated(pg_url: PgUrl) -> None:
+    """A todo list, a redirect chain and an origin's state are read through statements
+    prepared once on the connection; after a DEALLOCATE ALL (psycopg sends one after a ROLLBACK)
+    they are prepared again, not a database error."""
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    origin = "http://a.example"
+    store.add_links([Link(f"{origin}/{i}", origin, 0) for i in range(4)])
+    first = store.take_todo(origin, 1, 2, 0.0)
+    assert store.redirect_chain(f"{origin}/0", 5) == 0
+    assert store.load_origin(origin).origin == origin
+    store._live().execute("DEALLOCATE ALL")
+    again = store.take_todo(origin, 1, 2, 0.0)
+    assert [c.url for c in again] == [c.url for c in first]  # nothing taken: read twice alike
+    assert store.redirect_chain(f"{origin}/0", 5) == 0
+    assert store.load_origin(origin).origin == origin
+    store.close()
+
+
 def test_pages_look_ups_pass_reads_queued_between_them(pg_url: PgUrl) -> None:
     """Look-ups queued around other reads (a todo list, a wait for the writes) still go in one
     pipeline at the wake; each call gets its own answer. A call that may write (any other)

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import psycopg
+from psycopg import errors
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
@@ -320,7 +321,14 @@ class PostgresSql(SqlStore):
         +3-6 % pages/s; bench/RESULTS.md). Not for a statement whose text varies: each text is
         prepared once, and kept."""
         query = self._q(sql)
-        return self._retrying(lambda conn: _Rows(self._bulk.fetch(conn, [(query, params)])[0]))
+
+        def run(conn: psycopg.Connection[Any]) -> _Rows:
+            try:
+                return _Rows(self._bulk.fetch(conn, [(query, params)])[0])
+            except errors.InvalidSqlStatementName:  # deallocated (psycopg after a ROLLBACK):
+                return _Rows(self._bulk.fetch(conn, [(query, params)])[0])  # prepared again
+
+        return self._retrying(run)
 
     def _xmany(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
         if not rows:
