@@ -32,6 +32,7 @@ from courtly.model import CrawlAction, ExitCode, Link, LinkState
 from courtly.site import Page, html
 from courtly.store import StoreError, open_store
 from courtly.store.base import Write
+from courtly.store.bulk import BulkSender
 from courtly.store.database import Database, StrategyStore
 from courtly.store.postgres import (
     ANY_KEY,
@@ -545,6 +546,30 @@ def test_pages_look_ups_queued_together_are_one_round_trip(pg_url: PgUrl) -> Non
     answers = asyncio.run(together([asked[0], bad, asked[2]]))
     assert answers[0] == expected[0] and answers[2] == expected[2]
     assert isinstance(answers[1], StoreError)
+    store.close()
+
+
+def test_a_batch_inserts_its_rows_in_few_statements_with_each_rows_effect(
+        pg_url: PgUrl) -> None:
+    """BulkSender sends an INSERT's rows as multi-row statements (chunks of 32, 16 … 1 rows):
+    fewer executions, the same rows as one statement a row; an upsert whose rows touch one key
+    twice is sent a row at a time, so that the later row wins as it did."""
+    store = PostgresStore(pg_url)
+    conn = store._live()
+    conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT, n BIGINT)")
+    sender = BulkSender()
+    plain = "INSERT INTO t (k, v, n) VALUES (%s, %s, %s)"
+    rows_in = [(k, None if k % 3 else f"v{k}", k * 70_000) for k in range(37)]
+    assert sender.execute(conn, [(plain, rows_in)], b"COMMIT", first=b"BEGIN") == 3  # 32 4 1
+    assert conn.execute("SELECT k, v, n FROM t ORDER BY k").fetchall() == rows_in
+    upsert = "INSERT INTO t (k, v, n) VALUES (%s, %s, %s) ON CONFLICT (k) DO UPDATE SET v = " \
+             "excluded.v"
+    once = [(1, "a", 0), (2, "b", 0), (40, "c", 0)]
+    assert sender.execute(conn, [(upsert, once)], b"COMMIT", first=b"BEGIN") == 2  # 2 1
+    twice = [(1, "x", 0), (1, "y", 0), (3, "z", 0)]  # one statement would raise: a row a time
+    assert sender.execute(conn, [(upsert, twice)], b"COMMIT", first=b"BEGIN") == 3
+    got = dict(conn.execute("SELECT k, v FROM t WHERE k IN (1, 2, 3, 40)").fetchall())
+    assert got == {1: "y", 2: "b", 3: "z", 40: "c"}
     store.close()
 
 

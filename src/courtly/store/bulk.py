@@ -5,7 +5,9 @@ Written by hand because psycopg's executemany flushes the socket and polls it af
 in the crawl process each poll hands the GIL to the event loop and waits to get it back, which
 made the database thread the slowest part of a worker (bench/RESULTS.md). Here every row goes
 into libpq's buffer, the buffer is sent once and the results are read once, with psycopg's
-documented libpq wrapper (`psycopg.pq`) and adapters (`psycopg.adapt.Transformer`).
+documented libpq wrapper (`psycopg.pq`) and adapters (`psycopg.adapt.Transformer`). An INSERT's
+rows go as multi-row statements (`_merged`): the server starts and ends one execution a chunk,
+not a row (PostgreSQL's CPU a page 6-7 % less; bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ class BulkSender:
     def execute(self, conn: psycopg.Connection[Any],
                 statements: Iterable[tuple[str, list[tuple[Any, ...]]]], last: bytes,
                 first: bytes | None = None) -> int:
-        """Run `first` (a BEGIN), each statement (psycopg's %s placeholders) once for each of its
-        rows, then `last` (a COMMIT), in one pipeline; how many rows ran. After every result is
-        read, raises the first error (a psycopg.Error: the rest of the pipeline did not run)."""
-        return self._pipeline(conn, ((sql, row) for sql, rows in statements for row in rows),
-                              last, want=False, first=first)[0]
+        """Run `first` (a BEGIN), each statement (psycopg's %s placeholders) for each of its rows
+        (an INSERT's rows merged: `_merged`), then `last` (a COMMIT), in one pipeline; how many
+        statements ran. After every result is read, raises the first error (a psycopg.Error: the
+        rest of the pipeline did not run)."""
+        merged = (pair for sql, rows in statements for pair in _merged(sql, rows))
+        return self._pipeline(conn, merged, last, want=False, first=first)[0]
 
     def fetch(self, conn: psycopg.Connection[Any],
               queries: list[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
@@ -113,6 +116,57 @@ class BulkSender:
 
             query = self._queries[sql] = _PLACEHOLDER.sub(number, sql).encode()
         return query
+
+
+_INSERT = re.compile(r"(INSERT INTO \S+ \(([^)]*)\) VALUES )((?:\((?:%s, )*%s\)(?:, )?)+)"
+                     r"( ON CONFLICT.*)?$", re.S)
+_TARGET = re.compile(r" ON CONFLICT \(([^)]*)\) DO UPDATE")
+#: rows a merged statement holds at most; a batch's rows go in chunks of these sizes, so that
+#: a statement is prepared once for each size
+_CHUNKS = (32, 16, 8, 4, 2, 1)
+_MERGEABLE: dict[str, tuple[dict[int, str], tuple[int, ...] | None] | tuple[()]] = {}
+
+
+def _merged(sql: str, rows: list[tuple[Any, ...]]) -> Iterable[tuple[str, tuple[Any, ...]]]:
+    """An INSERT's rows as few statements: each of up to _CHUNKS[0] rows, one VALUES list (one
+    execution and one result a chunk instead of a row); rows whose upsert would touch one key
+    twice in a statement, and other statements, one by one."""
+    shape = _MERGEABLE.get(sql)
+    if shape is None:
+        shape = _MERGEABLE[sql] = _shape(sql)
+    if not shape or len(rows) < 2:
+        return ((sql, row) for row in rows)
+    texts, key = shape
+    if key is not None and len({tuple(row[i] for i in key) for row in rows}) < len(rows):
+        return ((sql, row) for row in rows)
+    out = []
+    i = 0
+    while i < len(rows):
+        size = next(c for c in _CHUNKS if c <= len(rows) - i)
+        out.append((texts[size], tuple(v for row in rows[i:i + size] for v in row)))
+        i += size
+    return out
+
+
+def _shape(sql: str) -> tuple[dict[int, str], tuple[int, ...] | None] | tuple[()]:
+    """The statement for each chunk size, and the positions of an upsert's key in a row; ()
+    if the statement is not an INSERT of rows that can be merged."""
+    found = _INSERT.fullmatch(sql)
+    if found is None:
+        return ()
+    head, columns, values, tail = found.group(1, 2, 3, 4)
+    tail = tail or ""
+    names = [c.strip() for c in columns.split(",")]
+    key: tuple[int, ...] | None = None
+    target = _TARGET.match(tail)
+    if target is not None:
+        wanted = [c.strip() for c in target.group(1).split(",")]
+        if values.count("(") != 1 or not set(wanted) <= set(names):
+            return ()
+        key = tuple(names.index(c) for c in wanted)
+    elif " DO UPDATE" in tail:
+        return ()
+    return {size: head + ", ".join([values] * size) + tail for size in _CHUNKS}, key
 
 
 def _read_to_sync(pg: Any, encoding: str, tx: Any) -> list[list[tuple[Any, ...]]]:
