@@ -37,9 +37,9 @@ def table(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
 
 
 def test_rows_of_several_statements_run_in_order_and_commit(conn: psycopg.Connection[Any]) -> None:
-    """Each statement once per row (an INSERT's rows merged: 3 rows, 2 statements), in order
-    (the UPDATE sees the INSERTs before it), ending with the COMMIT; a column NULL in one row
-    and set in another (two parameter types) works."""
+    """Each statement once per row, in order (the UPDATE sees the INSERTs before it), ending
+    with the COMMIT; a column NULL in one row and set in another (two parameter types) works
+    (such rows are not merged into one INSERT: test_postgres.py has rows that are)."""
     rows = [(1, "a", 0.5, b"\x00\xff", ["x", "y"]), (2, None, None, None, None),
             (3, "c%s", 1e300, b"", [])]
     sender = BulkSender()
@@ -47,7 +47,7 @@ def test_rows_of_several_statements_run_in_order_and_commit(conn: psycopg.Connec
     ran = sender.execute(conn, [(INSERT, rows),
                                 ("UPDATE t SET name = name || '!' WHERE id = %s", [(1,), (3,)])],
                          b"COMMIT")
-    assert ran == 4  # the rows 1-2 in one INSERT, 3 in another, and the UPDATE's two
+    assert ran == 5
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert table(conn) == [(1, "a!", 0.5, b"\x00\xff", ["x", "y"]),
                            (2, None, None, None, None), (3, "c%s!", 1e300, b"", [])]

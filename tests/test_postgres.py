@@ -551,16 +551,18 @@ def test_pages_look_ups_queued_together_are_one_round_trip(pg_url: PgUrl) -> Non
 
 def test_a_batch_inserts_its_rows_in_few_statements_with_each_rows_effect(
         pg_url: PgUrl) -> None:
-    """BulkSender sends an INSERT's rows as multi-row statements (chunks of 32, 16 … 1 rows):
-    fewer executions, the same rows as one statement a row; an upsert whose rows touch one key
-    twice is sent a row at a time, so that the later row wins as it did."""
+    """BulkSender sends an INSERT's rows as multi-row statements (chunks of 32, 16 … 1 rows of
+    the same parameter types, one after another): fewer executions, the same rows as one
+    statement a row; an upsert whose rows touch one key twice is sent a row at a time, so that
+    the later row wins as it did."""
     store = PostgresStore(pg_url)
     conn = store._live()
     conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT, n BIGINT)")
     sender = BulkSender()
     plain = "INSERT INTO t (k, v, n) VALUES (%s, %s, %s)"
     rows_in = [(k, None if k % 3 else f"v{k}", k * 70_000) for k in range(37)]
-    assert sender.execute(conn, [(plain, rows_in)], b"COMMIT", first=b"BEGIN") == 3  # 32 4 1
+    # the first row's third value is a smallint, the others' an integer: 1, then 32 and 4
+    assert sender.execute(conn, [(plain, rows_in)], b"COMMIT", first=b"BEGIN") == 3
     assert conn.execute("SELECT k, v, n FROM t ORDER BY k").fetchall() == rows_in
     upsert = "INSERT INTO t (k, v, n) VALUES (%s, %s, %s) ON CONFLICT (k) DO UPDATE SET v = " \
              "excluded.v"

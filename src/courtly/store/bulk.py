@@ -6,8 +6,9 @@ in the crawl process each poll hands the GIL to the event loop and waits to get 
 made the database thread the slowest part of a worker (bench/RESULTS.md). Here every row goes
 into libpq's buffer, the buffer is sent once and the results are read once, with psycopg's
 documented libpq wrapper (`psycopg.pq`) and adapters (`psycopg.adapt.Transformer`). An INSERT's
-rows go as multi-row statements (`_merged`): the server starts and ends one execution a chunk,
-not a row (PostgreSQL's CPU a page 6-7 % less; bench/RESULTS.md).
+rows go as multi-row statements (`_merged_texts`), rows of the same parameter types together:
+the server starts and ends one execution a chunk, not a row (PostgreSQL's CPU a page 2-9 %
+less, the server a fleet shares; bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -42,22 +43,22 @@ class BulkSender:
                 statements: Iterable[tuple[str, list[tuple[Any, ...]]]], last: bytes,
                 first: bytes | None = None) -> int:
         """Run `first` (a BEGIN), each statement (psycopg's %s placeholders) for each of its rows
-        (an INSERT's rows merged: `_merged`), then `last` (a COMMIT), in one pipeline; how many
-        statements ran. After every result is read, raises the first error (a psycopg.Error: the
-        rest of the pipeline did not run)."""
-        merged = (pair for sql, rows in statements for pair in _merged(sql, rows))
-        return self._pipeline(conn, merged, last, want=False, first=first)[0]
+        (an INSERT's rows merged: `_merged_texts`), then `last` (a COMMIT), in one pipeline;
+        how many statements ran. After every result is read, raises the first error (a
+        psycopg.Error: the rest of the pipeline did not run)."""
+        return self._pipeline(conn, statements, last, want=False, first=first)[0]
 
     def fetch(self, conn: psycopg.Connection[Any],
               queries: list[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
         """Each query's rows, the queries sent in one pipeline; raises the first error."""
-        return self._pipeline(conn, queries, None, want=True)[1]
+        return self._pipeline(conn, ((sql, [params]) for sql, params in queries), None,
+                              want=True)[1]
 
     def _pipeline(self, conn: psycopg.Connection[Any],
-                  commands: Iterable[tuple[str, Sequence[Any]]], last: bytes | None,
+                  statements: Iterable[tuple[str, Sequence[Sequence[Any]]]], last: bytes | None,
                   want: bool, first: bytes | None = None,
                   ) -> tuple[int, list[list[tuple[Any, ...]]]]:
-        """How many commands ran, and (if `want`) each one's rows."""
+        """How many statements ran, and (if `want`) each one's rows."""
         pg = conn.pgconn
         if self._on is not pg:
             self._names, self._on = {}, pg
@@ -69,16 +70,27 @@ class BulkSender:
         try:
             if first is not None:
                 pg.send_query_params(first, None)
-            for sql, row in commands:
-                query = self._query(sql)
-                params = tx.dump_sequence(row, [PyFormat.AUTO] * len(row))
-                key = (query, tuple(tx.types or ()))
-                name = self._names.get(key) or new.get(key)
-                if name is None:
-                    name = new[key] = b"courtly_bulk_%d" % next(_NAMES)
-                    pg.send_prepare(name, query, param_types=key[1])
-                pg.send_query_prepared(name, params, param_formats=tx.formats)
-                sent += 1
+            for sql, rows in statements:
+                texts = _merged_texts(sql, rows)
+                dumped = [(tx.dump_sequence(row, [PyFormat.AUTO] * len(row)),
+                           tuple(tx.types or ()), tuple(tx.formats or ())) for row in rows]
+                if texts is None:
+                    for params, types, formats in dumped:
+                        self._send(pg, new, self._query(sql), params, types, formats)
+                    sent += len(dumped)
+                    continue
+                # rows of the same parameter types, one after another, in chunks: a statement
+                # is prepared for each chunk size and types
+                for (types, formats), run in itertools.groupby(dumped, _types):
+                    same = list(run)
+                    i = 0
+                    while i < len(same):
+                        size = next(c for c in _CHUNKS if c <= len(same) - i)
+                        params = [v for row in same[i:i + size] for v in row[0]]
+                        self._send(pg, new, self._query(texts[size]), params, types * size,
+                                   formats * size)
+                        sent += 1
+                        i += size
             if last is not None:
                 pg.send_query_params(last, None)
             pg.pipeline_sync()
@@ -96,6 +108,16 @@ class BulkSender:
                 pg.exit_pipeline_mode()
         self._names.update(new)  # prepared: the pipeline ran to its end
         return sent, results
+
+    def _send(self, pg: Any, new: dict[tuple[bytes, tuple[int, ...]], bytes], query: bytes,
+              params: Sequence[Any], types: tuple[int, ...], formats: tuple[Any, ...]) -> None:
+        """Queue one statement, prepared first if this connection has not prepared it."""
+        key = (query, types)
+        name = self._names.get(key) or new.get(key)
+        if name is None:
+            name = new[key] = b"courtly_bulk_%d" % next(_NAMES)
+            pg.send_prepare(name, query, param_types=types)
+        pg.send_query_prepared(name, params, param_formats=formats)
 
     def forget(self) -> None:
         """The connection's prepared statements are gone (or about to go): prepare again."""
@@ -127,25 +149,25 @@ _CHUNKS = (32, 16, 8, 4, 2, 1)
 _MERGEABLE: dict[str, tuple[dict[int, str], tuple[int, ...] | None] | tuple[()]] = {}
 
 
-def _merged(sql: str, rows: list[tuple[Any, ...]]) -> Iterable[tuple[str, tuple[Any, ...]]]:
-    """An INSERT's rows as few statements: each of up to _CHUNKS[0] rows, one VALUES list (one
-    execution and one result a chunk instead of a row); rows whose upsert would touch one key
-    twice in a statement, and other statements, one by one."""
+def _merged_texts(sql: str, rows: Sequence[Sequence[Any]]) -> dict[int, str] | None:
+    """An INSERT's statement for each chunk size, if its rows may go as multi-row statements:
+    not a row at a time, nor an upsert whose rows touch one key twice (one statement may not
+    update a row twice: the later row must win, as it does a row at a time)."""
+    if len(rows) < 2:
+        return None
     shape = _MERGEABLE.get(sql)
     if shape is None:
         shape = _MERGEABLE[sql] = _shape(sql)
-    if not shape or len(rows) < 2:
-        return ((sql, row) for row in rows)
+    if not shape:
+        return None
     texts, key = shape
     if key is not None and len({tuple(row[i] for i in key) for row in rows}) < len(rows):
-        return ((sql, row) for row in rows)
-    out = []
-    i = 0
-    while i < len(rows):
-        size = next(c for c in _CHUNKS if c <= len(rows) - i)
-        out.append((texts[size], tuple(v for row in rows[i:i + size] for v in row)))
-        i += size
-    return out
+        return None
+    return texts
+
+
+def _types(dumped: tuple[Any, tuple[int, ...], tuple[Any, ...]]) -> tuple[Any, ...]:
+    return dumped[1:]
 
 
 def _shape(sql: str) -> tuple[dict[int, str], tuple[int, ...] | None] | tuple[()]:
