@@ -18,6 +18,7 @@ import re
 import select
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
+from operator import itemgetter
 from typing import Any
 
 import psycopg
@@ -81,7 +82,7 @@ class BulkSender:
                     continue
                 # rows of the same parameter types, one after another, in chunks: a statement
                 # is prepared for each chunk size and types
-                for (types, formats), run in itertools.groupby(dumped, _types):
+                for (types, formats), run in itertools.groupby(dumped, itemgetter(1, 2)):
                     same = list(run)
                     i = 0
                     while i < len(same):
@@ -164,10 +165,6 @@ def _merged_texts(sql: str, rows: Sequence[Sequence[Any]]) -> dict[int, str] | N
     if key is not None and len({tuple(row[i] for i in key) for row in rows}) < len(rows):
         return None
     return texts
-
-
-def _types(dumped: tuple[Any, tuple[int, ...], tuple[Any, ...]]) -> tuple[Any, ...]:
-    return dumped[1:]
 
 
 def _shape(sql: str) -> tuple[dict[int, str], tuple[int, ...] | None] | tuple[()]:

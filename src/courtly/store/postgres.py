@@ -687,8 +687,8 @@ class PostgresStore(PostgresBatches):
     def members(self) -> tuple[int, float]:
         """The fleet's membership, cheaply: how many workers have not stopped, and the latest
         start among them (changes when a worker joins or leaves; between polls)."""
-        row = self._px("SELECT COUNT(*), COALESCE(MAX(started), 0) FROM workers "
-                       "WHERE stopped IS NULL").fetchone()
+        row = self._read("SELECT COUNT(*), COALESCE(MAX(started), 0) FROM workers "
+                         "WHERE stopped IS NULL").fetchone()
         return int(row[0]), float(row[1])
 
     def partition_weights(self, run: int) -> dict[int, int]:
