@@ -42,6 +42,7 @@ from courtly.store.postgres import (
     database_exists,
 )
 from courtly.store.schema import MIGRATIONS
+from courtly.store.thread import BUSY
 from courtly.urls import partition_key, partition_of
 from tests.conftest import courtly, courtly_process, fetched_paths, rows
 from tests.pgserver import PgUrl
@@ -638,6 +639,43 @@ def test_pages_look_ups_pass_reads_queued_between_them(pg_url: PgUrl) -> None:
     answers = asyncio.run(wake(True))
     assert answers[0] == expected[0] and answers[4] == expected[1]
     assert store.round_trips - before > todo_trips + 1  # a write between: sent apart
+    store.close()
+
+
+def test_a_busy_database_thread_gathers_its_next_round_trip(pg_url: PgUrl) -> None:
+    """After a wake that took BUSY jobs or more, the next waits its window: two look-ups queued
+    50 ms apart go in one round trip. After a quiet wake a call goes at once."""
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    origin = "http://a.example"
+    store.add_links([Link(f"{origin}/{i}", origin, 0) for i in range(2)])
+    look = ("h1", None, f"{origin}/0", 0.8, [f"{origin}/1"], 1.0)
+    window = 1.0
+
+    async def run() -> tuple[float, int, list[object]]:
+        db = Database(store, window)
+        thread = db.thread
+        assert thread is not None
+        try:
+            start = time.monotonic()
+            await thread.call(store.load_origin, origin)  # the first wake: quiet
+            quiet = time.monotonic() - start
+            with thread._ready:  # a busy wake: BUSY jobs at once
+                busy = [thread.later(store.load_origin, origin) for _ in range(BUSY)]
+            await asyncio.gather(*busy)
+            before = store.round_trips
+            first = thread.later(store.page_lookups, *look)
+            await asyncio.sleep(0.05)  # while the thread waits its window
+            second = thread.later(store.page_lookups, *look)
+            answers = list(await asyncio.gather(first, second))
+            return quiet, store.round_trips - before, answers
+        finally:
+            db.close()
+
+    quiet, trips, answers = asyncio.run(run())
+    assert quiet < window
+    assert trips == 1
+    assert answers[0] == answers[1] == store.page_lookups(*look)
     store.close()
 
 

@@ -197,6 +197,9 @@ class FleetConfig(_Section):
     partitions: int = Field(64, ge=1, le=65536)
     #: how long an unreachable database is retried (with backoff) before the worker stops
     reconnect_seconds: float = Field(60.0, ge=0)
+    #: once a worker's database thread is busy, how long each of its round trips waits for
+    #: more of the crawl's writes and reads to go with it (docs/distributed.md, batches)
+    batch_window: float = Field(0.005, ge=0, le=1)
     #: a worker finds the other workers of its host name that have died (by process id) and frees
     #: their leases at once; turn off when workers of one host name run in separate process id
     #: namespaces (containers sharing the host's name), where another's id means nothing

@@ -55,7 +55,7 @@ class Crawler:
     ) -> None:
         self.config = config
         self.store = store
-        self.db = Database(store, fleet.lease, fleet.refused) if fleet else Database(store)
+        self.db = Database(store, config.fleet.batch_window, fleet)
         self.strategy = strategy
         self.stats = CrawlStats()
         self.on_progress = on_progress

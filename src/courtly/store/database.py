@@ -19,6 +19,7 @@ from courtly.model import Candidate, CrawlAction, Link, LinkState, OriginState
 from courtly.store.base import Store, StoreError, Write
 
 if TYPE_CHECKING:
+    from courtly.steering import Fleet
     from courtly.store.thread import DatabaseThread
 
 T = TypeVar("T")
@@ -36,18 +37,19 @@ class Database:
     def __init__(
         self,
         store: Store,
-        fence: Fence = _unfenced,
-        on_refused: Callable[[list[Write]], None] | None = None,
+        window: float = 0.0,
+        fleet: Fleet | None = None,
     ) -> None:
         self.store = store
-        self.fence = fence
+        #: the lease each write is made under: the fleet's, or none (one crawl alone)
+        self.fence: Fence = fleet.lease if fleet is not None else _unfenced
         self.thread: DatabaseThread | None = None
         if store.shared:  # PostgreSQL (imported only then: psycopg is slow to import)
             from courtly.store.postgres import PostgresStore
             from courtly.store.thread import DatabaseThread
 
             assert isinstance(store, PostgresStore)
-            self.thread = DatabaseThread(store, on_refused)
+            self.thread = DatabaseThread(store, fleet.refused if fleet else None, window=window)
         #: on PostgreSQL: the origins whose last crawl action is not committed yet, and when it
         #: will be
         self._unwritten: dict[str, asyncio.Future[None]] = {}
