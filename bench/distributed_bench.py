@@ -8,6 +8,8 @@ nginx (bench/nginx.py), crawls it once in SQLite mode (`courtly crawl`), then, f
 the seeds to a fresh PostgreSQL schema and starts N `courtly worker` processes; no politeness
 delay (the crawler and the database, not the delay, are the limit). For each it reports:
 
+- first, what the machine's cores give together (`cores_at_once`: CPU-bound processes, one per
+  core, at once, against one alone);
 - pages/s: crawl actions over the span from the first to the last action (process start-up,
   about a second of imports, is not counted);
 - coverage: distinct URLs crawled, and URLs crawled more than once;
@@ -373,6 +375,8 @@ def main() -> None:
     seeds = list(manifest["seeds"])
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start "
           f"(a shared machine: other processes' CPU counts in 'machine CPU'); "
+          f"{os.cpu_count()} CPU-bound processes at once do {cores_at_once():.2f}x the work of "
+          f"one; "
           f"{args.origins} origins x {args.pages} pages (bench/site.py, nginx); "
           f"concurrency {args.concurrency}; PostgreSQL at {BASE}; {time.strftime('%H:%M UTC')}")
     print("| mode | pages | URLs | URLs twice | pages/s | × SQLite | statements/page "
@@ -409,6 +413,23 @@ def main() -> None:
     print(steady_table(steady))
     if len(rounds) > 1:
         print(medians(rounds))
+
+
+SPIN = ("import time\nstart = time.perf_counter()\nn = 0\n"
+        "while n < 10_000_000: n += 1\nprint(time.perf_counter() - start)")
+
+
+def cores_at_once() -> float:
+    """What the machine's cores give together: as many CPU-bound Python processes as it has
+    cores, at once, against one alone (work a second; a machine whose cores do less while all
+    are busy, or whose host takes some of their time, gives less than its count)."""
+    def spin(n: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE)
+                 for _ in range(n)]
+        return max(float(p.communicate()[0]) for p in procs)
+
+    count = os.cpu_count() or 1
+    return count * spin(1) / spin(count) if count > 1 else 1.0
 
 
 def steady_table(rows: list[dict[str, Any]]) -> str:
