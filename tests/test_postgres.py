@@ -644,7 +644,8 @@ def test_pages_look_ups_pass_reads_queued_between_them(pg_url: PgUrl) -> None:
 
 def test_a_busy_database_thread_gathers_its_next_round_trip(pg_url: PgUrl) -> None:
     """After a wake that took BUSY jobs or more, the next waits its window: two look-ups queued
-    50 ms apart go in one round trip. After a quiet wake a call goes at once."""
+    50 ms apart go in one round trip. After a quiet wake a call goes at once, and a caller that
+    blocks until its answer (a strategy's read, on the loop) ends the window."""
     store = open_store(pg_url)
     assert isinstance(store, PostgresStore)
     origin = "http://a.example"
@@ -652,30 +653,42 @@ def test_a_busy_database_thread_gathers_its_next_round_trip(pg_url: PgUrl) -> No
     look = ("h1", None, f"{origin}/0", 0.8, [f"{origin}/1"], 1.0)
     window = 1.0
 
-    async def run() -> tuple[float, int, list[object]]:
+    async def run() -> tuple[float, int, list[object], float]:
         db = Database(store, window)
         thread = db.thread
         assert thread is not None
+
+        async def busy() -> None:
+            with thread._ready:  # a busy wake: BUSY jobs at once
+                jobs = [thread.later(store.load_origin, origin) for _ in range(BUSY)]
+            await asyncio.gather(*jobs)
+
         try:
             start = time.monotonic()
             await thread.call(store.load_origin, origin)  # the first wake: quiet
             quiet = time.monotonic() - start
-            with thread._ready:  # a busy wake: BUSY jobs at once
-                busy = [thread.later(store.load_origin, origin) for _ in range(BUSY)]
-            await asyncio.gather(*busy)
+            await busy()
             before = store.round_trips
             first = thread.later(store.page_lookups, *look)
             await asyncio.sleep(0.05)  # while the thread waits its window
             second = thread.later(store.page_lookups, *look)
             answers = list(await asyncio.gather(first, second))
-            return quiet, store.round_trips - before, answers
+            trips = store.round_trips - before
+            await busy()
+            third = thread.later(store.page_lookups, *look)
+            await asyncio.sleep(0.05)
+            start = time.monotonic()
+            thread.wait(store.load_origin, origin)  # blocks the loop, as a strategy's read does
+            blocked = time.monotonic() - start
+            answers.append(await third)
+            return quiet, trips, answers, blocked
         finally:
             db.close()
 
-    quiet, trips, answers = asyncio.run(run())
-    assert quiet < window
+    quiet, trips, answers, blocked = asyncio.run(run())
+    assert quiet < window / 2 and blocked < window / 2
     assert trips == 1
-    assert answers[0] == answers[1] == store.page_lookups(*look)
+    assert answers[0] == answers[1] == answers[2] == store.page_lookups(*look)
     store.close()
 
 

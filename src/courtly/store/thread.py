@@ -7,7 +7,8 @@ round trip (`PostgresStore.write_batch`, fenced by their leases), then the calls
 read sees every write queued before it). Once the loop is busy (a wake took BUSY jobs or more),
 each wake first waits `window` (`[fleet] batch_window`) for more work to go with it: fewer,
 larger batches cost the worker and the server less CPU a page, and a crawl that busy loses
-nothing by a few milliseconds more a round trip. A quiet loop's calls go at once. A connection
+nothing by a few milliseconds more a round trip. A quiet loop's calls go at once, as does a
+call that blocks its caller (`wait`: a strategy's own read, on the loop). A connection
 lost on the way is reconnected here, with backoff, for up to the store's retry limit, and the
 work is sent again; past the limit every waiting call, and `on_failure`, get the one-line error.
 """
@@ -68,6 +69,7 @@ class DatabaseThread:
         self._ready = threading.Condition()
         self._closing = False
         self._busy = False  # the last wake took BUSY jobs or more
+        self._blocked = False  # a caller blocks until its call is answered (`wait`)
         self._thread = threading.Thread(target=self._main, name="courtly-database", daemon=True)
         self._thread.start()
 
@@ -116,7 +118,10 @@ class DatabaseThread:
             if self._closing:
                 raise StoreError(f"the database thread of {self.store.path} is closed")
             self._jobs.append(job)
-            self._ready.notify()
+            blocking = isinstance(job, _Call) and job.loop is None
+            self._blocked |= blocking
+            if blocking or len(self._jobs) == 1:  # else the thread is awake, or gathering
+                self._ready.notify()
 
     # -- the thread --------------------------------------------------------------------------
     def _main(self) -> None:
@@ -124,13 +129,13 @@ class DatabaseThread:
             with self._ready:
                 while not self._jobs and not self._closing:
                     self._ready.wait()
+                if self._busy and self.window:
+                    self._gather()
                 if not self._jobs:
                     return
-            if self._busy and self.window:
-                time.sleep(self.window)
-            with self._ready:
                 jobs = list(self._jobs)
                 self._jobs.clear()
+                self._blocked = False
             self._busy = len(jobs) >= BUSY
             writes = [j for j in jobs if isinstance(j, Write)]
             if writes and self.failed is None:
@@ -159,6 +164,17 @@ class DatabaseThread:
             for loop, items in settled.items():  # one wake-up of each loop per batch
                 with suppress(RuntimeError):  # that loop is closed: nobody waits any more
                     loop.call_soon_threadsafe(_settle_all, items)
+
+    def _gather(self) -> None:
+        """(The lock held.) Wait up to the window for more work to go with what is queued;
+        a caller blocked until its answer (the event loop itself, maybe) ends the wait, as does
+        closing."""
+        deadline = time.monotonic() + self.window
+        while not (self._blocked or self._closing):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._ready.wait(left)
 
     def _reads_only(self, call: _Call) -> bool:
         """A call that writes nothing a page's look-up reads: the look-ups queued before it may
