@@ -20,6 +20,8 @@ delay (the crawler and the database, not the delay, are the limit). For each it 
 - with --separate, for each N > 1 also N workers each crawling every N-th seed's origin alone
   (a schema each, at once): the fleet's division of the web without the fleet, what the
   machine gives N such crawls;
+- with --parse-workers 0, pages analysed on each crawl's own loop (no page worker: one process
+  a crawl), every mode alike;
 - with --rounds N, the whole set N times, then the medians of each mode's pages/s and of the
   ratios taken within each round;
 - then a second table, while every worker crawls (the start-up and the tail left out): pages/s,
@@ -369,6 +371,8 @@ def main() -> None:
     parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL workers only")
     parser.add_argument("--separate", action="store_true",
                         help="for each N > 1, also N workers each crawling its share alone")
+    parser.add_argument("--parse-workers", type=int, default=1, choices=(0, 1),
+                        help="0: pages analysed on each crawl's loop (one process a crawl)")
     args = parser.parse_args()
     params = synth.Params(args.origins, args.pages, 1, args.base_port)
     site_dir, manifest = synth.load_or_generate(params, BENCH / ".cache" / "sites")
@@ -378,7 +382,7 @@ def main() -> None:
           f"{os.cpu_count()} CPU-bound processes at once do {cores_at_once():.2f}x the work of "
           f"one; "
           f"{args.origins} origins x {args.pages} pages (bench/site.py, nginx); "
-          f"concurrency {args.concurrency}; PostgreSQL at {BASE}; {time.strftime('%H:%M UTC')}")
+          f"concurrency {args.concurrency}; parse_workers {args.parse_workers}; PostgreSQL at {BASE}; {time.strftime('%H:%M UTC')}")
     print("| mode | pages | URLs | URLs twice | pages/s | × SQLite | statements/page "
           "| round trips/page | crawl CPU ms/page | postgres CPU ms/page | machine CPU "
           "| pages per worker | spread | pages per worker while all crawl | spread "
@@ -388,7 +392,7 @@ def main() -> None:
             nginx_mod.Nginx(site_dir, args.origins, args.base_port):
         work = Path(tmp)
         toml = work / "crawl.toml"
-        toml.write_text(TOML)
+        toml.write_text(f"parse_workers = {args.parse_workers}\n{TOML}")
         rounds: list[dict[str, float]] = []
         steady: list[dict[str, Any]] = []
         for _ in range(args.rounds):
