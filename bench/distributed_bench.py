@@ -382,7 +382,8 @@ def main() -> None:
           f"{os.cpu_count()} CPU-bound processes at once do {cores_at_once():.2f}x the work of "
           f"one; "
           f"{args.origins} origins x {args.pages} pages (bench/site.py, nginx); "
-          f"concurrency {args.concurrency}; parse_workers {args.parse_workers}; PostgreSQL at {BASE}; {time.strftime('%H:%M UTC')}")
+          f"concurrency {args.concurrency}; parse_workers {args.parse_workers}; "
+          f"PostgreSQL at {BASE}; {time.strftime('%H:%M UTC')}")
     print("| mode | pages | URLs | URLs twice | pages/s | × SQLite | statements/page "
           "| round trips/page | crawl CPU ms/page | postgres CPU ms/page | machine CPU "
           "| pages per worker | spread | pages per worker while all crawl | spread "

@@ -49,7 +49,8 @@ class Database:
             from courtly.store.thread import DatabaseThread
 
             assert isinstance(store, PostgresStore)
-            self.thread = DatabaseThread(store, fleet.refused if fleet else None, window=window)
+            refused = fleet.refused if fleet is not None else None
+            self.thread = DatabaseThread(store, refused, window=window)
         #: on PostgreSQL: the origins whose last crawl action is not committed yet, and when it
         #: will be
         self._unwritten: dict[str, asyncio.Future[None]] = {}
