@@ -7,9 +7,11 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from courtly.site import Page, html
 from tests.conftest import Run, candidates, courtly, rows
 
 SEED = "http://127.0.0.1:1/"
@@ -234,3 +236,39 @@ def test_an_invalid_regex_is_one_line_with_re2s_reason(tmp_path: Path) -> None:
     assert proc.stderr.splitlines() == [
         f"courtly: {config}: policies.deny: invalid regex in pattern 're:(?<=a)b': "
         "invalid perl operator: (?<="]
+
+
+# -- host names the resolver cannot encode -------------------------------------------------
+
+
+def test_a_host_name_with_an_empty_or_long_label_is_its_origins_error(
+        serve: Any, db: Path, tmp_path: Path) -> None:
+    """WHATWG accepts http://a..b/ (an empty label) and a label of 64 characters or more; the
+    IDNA codec of getaddrinfo refuses them (UnicodeError): the origin's robots.txt is
+    unreachable, the crawl goes on. Such a link on a page in a wide scope once stopped every
+    crawl of its database ("internal error: UnicodeError", exit status 1), resume included."""
+    site = serve({"home": {"/": Page(html("home", []))}, "wide": {}})
+    port = site.origins["wide"].rsplit(":", 1)[1]
+    empty, long = f"http://a..site.example.com:{port}/", f"http://{'a' * 64}.example.com:{port}/"
+    site.sites["wide"].update({"/": Page(html("wide", [empty, long, "/b"])),
+                               "/b": Page(html("b", []))})
+    wide = site.url("wide").replace("127.0.0.1", "site.example.com")
+    config = write(tmp_path / "crawl.toml", '[policies]\nscope = "domain"\n[limits]\n'
+                   'dns_hosts = { "site.example.com" = "127.0.0.1" }\n'
+                   '[politeness]\npatience = 1\n')  # robots.txt unreachable once: given up
+    for _ in range(2):  # the crawl, then its resume
+        run = courtly("crawl", wide, "--db", db, "--config", config, "--min-delay", "0",
+                      "--progress", "off")
+        assert run.status == 0, run.err
+    found = candidates(db)
+    assert found[wide]["exit_code"] == found[wide + "b"]["exit_code"] == "OK"
+    for url in (empty, long):
+        assert found[url]["exit_code"] == "ORIGIN_GIVEN_UP"
+    given_up = rows(db, "SELECT detail FROM crawl_log WHERE exit_code = 'ORIGIN_GIVEN_UP'")
+    assert all("not a valid host name" in r["detail"] for r in given_up), given_up
+    # a seed of that kind is crawled beside a good one, which is not held up by it
+    run = courtly("crawl", f"http://a..b:{port}/", site.url("home"), "--db",
+                  tmp_path / "two.db", "--config", config, "--min-delay", "0",
+                  "--progress", "off")
+    assert run.status == 0, run.err
+    assert candidates(tmp_path / "two.db")[site.url("home")]["exit_code"] == "OK"

@@ -96,8 +96,13 @@ class SystemResolver:
 
     async def resolve(self, host: str, port: int) -> Addresses:
         """Each address once, in the order the system gives them."""
-        infos = await asyncio.get_running_loop().getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG)
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG)
+        except UnicodeError as exc:  # a label empty or over 63 characters ("a..b"): WHATWG
+            # accepts the URL, the IDNA codec cannot encode its name; no name, no addresses
+            raise socket.gaierror(socket.EAI_NONAME,
+                                  f"not a valid host name: {one_line(exc)}") from None
         out: Addresses = []
         for family, _, _, _, sockaddr in infos:
             if family in (socket.AF_INET, socket.AF_INET6):
