@@ -197,6 +197,27 @@ def test_seeds_file_comments_trailing_words_and_bom(db: Path, tmp_path: Path) ->
     assert sorted(candidates(db)) == [f"http://127.0.0.1:1/{p}" for p in "abc"]
 
 
+def test_seeds_file_that_is_not_utf8_is_refused_not_guessed_at(db: Path, tmp_path: Path) -> None:
+    """A Latin-1 seed once became another URL (its byte replaced by U+FFFD, queued as
+    /caf%EF%BF%BD) without a word; a binary file's garbage was printed as text."""
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"http://127.0.0.1:1/a\nhttp://127.0.0.1:1/caf\xe9 note\n")
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
+    for command in ("add-seeds", "crawl"):
+        run = courtly(command, "--seeds-file", latin, "--db", db)
+        one_line(run, 2, f"seeds file {latin}, line 2: not UTF-8", "caf\\xe9")
+        run = courtly(command, "--seeds-file", binary, "--db", db)
+        one_line(run, 2, f"seeds file {binary}, line 1: not UTF-8", "\\x80\\x81")
+        assert len(run.err) < 500, run.err
+    assert not db.exists()
+    # bytes that are not UTF-8 in a comment or in a seed's note are no seed's: let through
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(b"# caf\xe9\nhttp://127.0.0.1:1/a caf\xe9\n")
+    assert courtly("add-seeds", "--seeds-file", notes, "--db", db).status == 0
+    assert list(candidates(db)) == ["http://127.0.0.1:1/a"]
+
+
 def test_config_file_with_a_bom(db: Path, tmp_path: Path) -> None:
     config = tmp_path / "crawl.toml"
     config.write_bytes(f'\ufeffseeds = ["{SEED}"]\n'.encode())

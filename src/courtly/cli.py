@@ -102,12 +102,22 @@ def read_seeds(config: CrawlConfig) -> list[str]:
     raw = list(config.seeds)
     if config.seeds_file:
         try:
-            text = Path(config.seeds_file).read_text(encoding="utf-8-sig", errors="replace")
+            text = Path(config.seeds_file).read_text(encoding="utf-8-sig",
+                                                     errors="surrogateescape")
         except OSError as exc:
             fail(f"cannot read seeds file {config.seeds_file}: {exc.strerror}")
         # a line's first word is its URL (a URL has no spaces: the rest is a note); # is a comment
-        words = [line.split() for line in text.splitlines()]
-        raw += [w[0] for w in words if w and not w[0].startswith("#")]
+        for number, line in enumerate(text.splitlines(), 1):
+            words = line.split()
+            if not words or words[0].startswith("#"):
+                continue
+            try:  # bytes that are not UTF-8 (a Latin-1 file): refused, not guessed at
+                words[0].encode()
+            except UnicodeEncodeError:
+                shown = words[0].encode(errors="surrogateescape")
+                fail(f"seeds file {config.seeds_file}, line {number}: not UTF-8 text: "
+                     f"{shown[:80]!r}{'…' if len(shown) > 80 else ''}")
+            raw.append(words[0])
     seeds = []
     for seed in raw:
         url = normalize(seed, None, config.normalize)
