@@ -7,6 +7,8 @@ import hashlib
 import json
 import socket
 import sqlite3
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from html.parser import HTMLParser
@@ -237,6 +239,21 @@ def test_serve_mistakes_are_one_line(tmp_path: Path, serve: Any) -> None:
     for wrong in ("nope", "70000", "host:", ":80"):
         run = courtly("crawl", site.url("s"), "--db", db, "--serve", wrong)
         assert run.status == 2 and run.err.startswith("courtly: serve: "), run.err
+
+
+def test_serve_refuses_a_file_that_is_not_sqlite_as_report_does(tmp_path: Path) -> None:
+    """`courtly serve --db notes.txt` once said "serving notes.txt" and ran, answering every
+    request but the page with 503 "file is not a database" (connecting reads nothing)."""
+    notes = tmp_path / "notes.db"
+    notes.write_text("not a database, but the user's notes\n" * 200)
+    before = notes.read_bytes()
+    for command in (["serve", "--port", "0"], ["report", "--out", str(tmp_path / "r.html")]):
+        proc = subprocess.run([sys.executable, "-m", "courtly", *command, "--db", str(notes)],
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.splitlines() == [f"courtly: cannot read {notes}: file is not a database"]
+    assert notes.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
 
 
 def test_the_report_is_one_file_that_renders_in_chromium(serve: Any, tmp_path: Path) -> None:

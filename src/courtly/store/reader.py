@@ -180,8 +180,15 @@ class SqliteReader(Reader):
         uri = f"{Path(path).resolve().as_uri()}?mode=ro"
         try:
             self._db = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
-            self._db.execute("PRAGMA query_only = 1")
         except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from None
+        try:
+            self._db.execute("PRAGMA query_only = 1")
+            # connecting reads nothing: a file that is not SQLite is refused here, not in
+            # each of `courtly serve`'s answers (503s from a server that then ran for nothing)
+            self._db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        except sqlite3.Error as exc:
+            self._db.close()
             raise StoreError(f"cannot read {path}: {exc}") from None
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
