@@ -12,6 +12,7 @@ from pathlib import Path
 from courtly.config import CrawlConfig
 from courtly.robots import RobotsRules
 from courtly.robots_cache import INLINE_MATCH
+from courtly.scheduler import retry_after_seconds
 from courtly.site import Hit, Page, html
 from tests.conftest import candidates, courtly, courtly_process, fetched_paths, robots, rows
 from tests.hostile_server import HostileServer, page, routes, silent
@@ -90,6 +91,27 @@ def test_retry_after_is_obeyed_and_the_url_crawled_again(serve, db: Path) -> Non
     assert [r["exit_code"] for r in log] == ["RATE_LIMITED", "OK"]
     assert candidates(db)[site.url("a", "/limited")]["state"] == "CRAWLED"
     assert [r["backoff_until"] for r in rows(db, "SELECT backoff_until FROM origins")] == [0]
+
+
+def test_a_retry_after_of_unicode_digits_is_ignored_not_a_bug(serve, db: Path) -> None:
+    """Retry-After: ² ("².isdigit()", then float("²") raised) was the URL's INTERNAL_ERROR, a
+    warning line and lost patience, not a rate limit: delay-seconds are ASCII digits, so the
+    value is ignored and the usual backoff applies."""
+    def limited(count: int) -> Page:
+        if count == 0:
+            return Page("slow down", 429, {"Retry-After": "\u00b2", "Content-Type": "text/plain"})
+        return Page(html("finally", []))
+
+    site = serve({"a": {"/": Page(html("Home", ["/limited"])), "/limited": limited}})
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    assert "internal error" not in run.err, run.err
+    log = rows(db, "SELECT exit_code FROM crawl_log WHERE url = ? ORDER BY id",
+               site.url("a", "/limited"))
+    assert [r["exit_code"] for r in log] == ["RATE_LIMITED", "OK"]
+    assert retry_after_seconds("\u00b2", 0.0) is None
+    assert retry_after_seconds("\u0663", 0.0) is None  # ARABIC-INDIC DIGIT THREE
+    assert retry_after_seconds(" 7 ", 0.0) == 7.0
 
 
 def test_a_rate_limit_pause_outlives_a_restart(serve, db: Path) -> None:

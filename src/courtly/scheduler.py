@@ -478,7 +478,7 @@ def retry_after_seconds(value: str | None, now_wall: float) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # delay-seconds is ASCII digits ("²" is a digit)
         return float(value)
     try:
         when = parsedate_to_datetime(value)
