@@ -72,11 +72,20 @@ def test_demo_refuses_to_delete_a_database_it_did_not_write(db: Path, tmp_path: 
 
 
 def test_demo_replaces_its_own_database(db: Path) -> None:
-    seeded(db, "http://127.0.0.1:1/old")  # what a demo database holds: 127.0.0.1 origins
-    run = courtly("demo", "--db", db)
-    assert run.status == 0, run.err
-    assert "http://127.0.0.1:1/old" not in candidates(db)
+    for _ in range(2):  # the second run replaces what the first wrote
+        run = courtly("demo", "--db", db)
+        assert run.status == 0, run.err
     assert len(rows(db, "SELECT origin FROM origins WHERE seed = 1")) == 3
+    assert len(rows(db, "SELECT DISTINCT run FROM crawl_log")) == 1
+
+
+def test_demo_leaves_a_crawl_of_a_local_site_alone(db: Path) -> None:
+    """A crawl of one's own site on 127.0.0.1 is not the demo's, although its origin is local
+    (before: the demo deleted it)."""
+    seeded(db, "http://127.0.0.1:8000/my-app/")
+    before = db.read_bytes()
+    one_line(courtly("demo", "--db", db), 2, "not a demo crawl database")
+    assert db.read_bytes() == before
 
 
 def test_demo_argument_mistakes_are_one_line(tmp_path: Path) -> None:

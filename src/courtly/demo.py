@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
 from contextlib import ExitStack
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from courtly.site import LocalSite, Page, html
 from courtly.store.sqlite import read_only
@@ -90,11 +92,30 @@ def _check_replaceable(db: str) -> None:
 
 
 def _written_by_demo(path: Path) -> bool:
-    """Whether the file is a crawl database whose origins are all on 127.0.0.1, as the demo's."""
+    """Whether the file is a crawl database of the demo's site: its origins on 127.0.0.1, no
+    more of them than the demo serves, and no URL the demo's pages do not serve or link to (a
+    crawl of the user's own local site is left alone)."""
     try:
         with read_only(path) as con:
             con.execute("SELECT version FROM schema_version")
             origins = [origin for (origin,) in con.execute("SELECT origin FROM origins")]
+            urls = [url for (url,) in con.execute("SELECT url FROM candidates")]
     except sqlite3.DatabaseError:
         return False
-    return all(origin.startswith("http://127.0.0.1:") for origin in origins)
+    sites = demo_sites()
+    known = {path for pages in sites.values() for path in _served_or_linked(pages)}
+    return (len(origins) <= len(sites) and all(o.startswith("http://127.0.0.1:") for o in origins)
+            and all(_path_of(url) in known for url in urls))
+
+
+def _served_or_linked(pages: dict[str, Page]) -> set[str]:
+    """The paths a demo origin serves, and those its pages link to (fragments cut)."""
+    linked = {href.partition("#")[0] for page in pages.values() if isinstance(page.body, str)
+              for href in re.findall(r'href="(/[^"]*)"', page.body)}
+    return set(pages) | linked
+
+
+def _path_of(url: str) -> str:
+    """A URL's path and query, as the demo's pages name them."""
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
