@@ -256,6 +256,27 @@ def test_serve_refuses_a_file_that_is_not_sqlite_as_report_does(tmp_path: Path) 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
 
 
+def test_serve_and_report_refuse_a_newer_database_and_a_directory_as_stats_does(
+        tmp_path: Path) -> None:
+    """Before: they read a database of a newer schema (whose tables may mean other things),
+    and said "disk I/O error" of a directory."""
+    newer = tmp_path / "newer.db"
+    with sqlite3.connect(newer) as con:
+        con.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        con.execute("INSERT INTO schema_version VALUES (999)")
+    con.close()
+    expected = {newer: f"courtly: {newer} was written by a newer courtly (schema 999)",
+                tmp_path: f"courtly: database path is a directory: {tmp_path}"}
+    for db, line in expected.items():
+        for command in (["serve", "--port", "0"], ["report", "--out", str(tmp_path / "r.html")],
+                        ["stats"]):
+            proc = subprocess.run([sys.executable, "-m", "courtly", *command, "--db", str(db)],
+                                  capture_output=True, text=True, timeout=30)
+            assert proc.returncode == 1, proc.stderr
+            assert proc.stderr.splitlines() == [line], (command, proc.stderr)
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_the_report_is_one_file_that_renders_in_chromium(serve: Any, tmp_path: Path) -> None:
     slow = {"/": Page(html("slow", ["/a", "/b"])), "/a": Page("a", delay=0.3),
             "/b": Page("b", delay=0.3)}

@@ -16,6 +16,7 @@ from typing import Any
 from courtly.errors import one_line
 from courtly.model import ERRORS
 from courtly.store.base import StoreError
+from courtly.store.schema import MIGRATIONS
 
 #: the exit codes counted as errors (model.ERRORS), as an SQL list of literals
 _ERROR_CODES = ", ".join(f"'{code}'" for code in sorted(ERRORS))
@@ -177,6 +178,8 @@ class SqliteReader(Reader):
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
+        if Path(path).is_dir():  # as the other commands say it (SQLite: "disk I/O error")
+            raise StoreError(f"database path is a directory: {path}")
         uri = f"{Path(path).resolve().as_uri()}?mode=ro"
         try:
             self._db = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
@@ -186,10 +189,21 @@ class SqliteReader(Reader):
             self._db.execute("PRAGMA query_only = 1")
             # connecting reads nothing: a file that is not SQLite is refused here, not in
             # each of `courtly serve`'s answers (503s from a server that then ran for nothing)
-            self._db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            version = self._version()
         except sqlite3.Error as exc:
             self._db.close()
             raise StoreError(f"cannot read {path}: {exc}") from None
+        if version > len(MIGRATIONS):  # its tables may mean other things than ours
+            self._db.close()
+            raise StoreError(f"{path} was written by a newer courtly (schema {version})")
+
+    def _version(self) -> int:
+        """The schema's version (0: none recorded, a file courtly did not make)."""
+        tables = self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        if ("schema_version",) not in tables:
+            return 0
+        (version,) = self._db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return version if isinstance(version, int) else 0
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
