@@ -58,6 +58,20 @@ def test_export_to_a_full_disk_is_one_line(db: Path) -> None:
     one_line(Run(proc.returncode, "", proc.stderr), 2, "cannot write standard output")
 
 
+def test_export_into_a_pipe_closed_early_stops_quietly(db: Path, tmp_path: Path) -> None:
+    """`courtly export | head`: before, "cannot write standard output: Broken pipe", exit 2."""
+    seeds = write(tmp_path / "seeds.txt", "".join(f"http://127.0.0.1:1/{i}\n"
+                                                  for i in range(20_000)))
+    assert courtly("add-seeds", "--seeds-file", seeds, "--db", db).status == 0
+    proc = subprocess.Popen([sys.executable, "-m", "courtly", "export", "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b'{"url": "http://127.0.0.1:1/')  # JSON lines
+    proc.stdout.close()  # what head does once it has its lines
+    assert proc.wait(timeout=60) == 141
+    assert proc.stderr.read() == b""
+
+
 # -- the demo ------------------------------------------------------------------------------
 
 

@@ -376,6 +376,11 @@ def export(db: str | None, fmt: str, out: str | None, warc_dir: str | None,
                     write_records(stream, fmt, store.export())
             else:
                 write_records(sys.stdout, fmt, store.export())
+        except BrokenPipeError:  # `courtly export | head`: the reader has what it wanted
+            if out:
+                fail(f"cannot write {out}: broken pipe")
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
+            sys.exit(141)  # quietly, as a tool the pipe's signal stopped (128 + SIGPIPE)
         except OSError as exc:
             fail(f"cannot write {out or 'standard output'}: {exc.strerror or exc}")
 
