@@ -19,6 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,6 +41,7 @@ from courtly.store.postgres import (
     PostgresStore,
     conninfo_and_schema,
     database_exists,
+    shown_url,
 )
 from courtly.store.schema import MIGRATIONS
 from courtly.store.thread import BUSY
@@ -91,6 +93,29 @@ def test_database_url_mistakes_are_one_line(pg_url: PgUrl) -> None:
     missing = courtly("stats", "--db", pg_url)
     assert missing.status == 2 and "no crawl database" in missing.err
     assert not pg_url.exists()
+
+
+def test_no_message_shows_the_database_password(pg_url: PgUrl, serve: Any,
+                                                tmp_path: Path) -> None:
+    """`add-seeds` said `… seeds in postgresql://postgres:s3cret@…` and `stats`, `export`,
+    `report`, `serve` and `crawl` of a schema not made yet `no crawl database at
+    postgresql://postgres:s3cret@…`: the --db value as given, password and all."""
+    user = urlsplit(pg_url)
+    if user.username is None or user.password is not None:
+        pytest.skip("the test server's URL has no user, or a password of its own")
+    secret = pg_url.replace(f"://{user.username}@", f"://{user.username}:s3cret@", 1)
+    out = ("--out", str(tmp_path / "report.html"))
+    for command in (("stats",), ("export",), ("report", *out), ("serve",), ("crawl",)):
+        run = courtly(*command, "--db", secret)
+        assert run.status == 2 and "no crawl database at postgresql://" in run.err, run.err
+        assert "s3cret" not in run.err, run.err
+    site = serve({"a": {"/": Page(html("home", []))}})
+    run = courtly("add-seeds", "--db", secret, site.url("a", "/"))
+    assert run.status == 0 and "1 new crawl candidates" in run.out
+    assert "s3cret" not in run.out + run.err, run.out
+    # a password with an unescaped '/' (base64) is not the user part libpq reads: still hidden
+    assert shown_url("postgresql://crawler:pa/ss@127.0.0.1:5432/crawl?schema=x") == (
+        "postgresql://127.0.0.1:5432/crawl?schema=x")
 
 
 def test_partitions_hash_registered_domains() -> None:

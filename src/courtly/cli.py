@@ -127,6 +127,15 @@ def read_seeds(config: CrawlConfig) -> list[str]:
     return seeds
 
 
+def shown(db: str) -> str:
+    """The --db value for a message: a postgresql:// URL without its user and password."""
+    if "://" not in db:
+        return db
+    from courtly.store.postgres import shown_url
+
+    return shown_url(db)
+
+
 def db_exists(db: str) -> bool:
     """Whether a crawl database is there (a file, or courtly's tables at a postgresql:// URL)."""
     if "://" not in db:
@@ -158,7 +167,7 @@ def crawl_db(db: str, must_exist: bool = False) -> Iterator[Store]:
     (an empty file may become a crawl database, unless the command only reads).
     """
     if must_exist and not db_exists(db):
-        fail(f"no crawl database at {db}")
+        fail(f"no crawl database at {shown(db)}")
     tables = sqlite_tables(db)
     if tables is not None and "schema_version" not in tables and (tables or must_exist):
         fail(f"{db} is not a courtly crawl database")
@@ -225,7 +234,7 @@ def crawl(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> None
     config = build_config(config_path, seeds=seeds, **flags)
     seed_urls = read_seeds(config)
     if not seed_urls and not db_exists(config.db):
-        fail(f"no seeds given and no crawl database at {config.db} to resume")
+        fail(f"no seeds given and no crawl database at {shown(config.db)} to resume")
     with crawl_db(config.db) as store:
         status = _crawl(store, config, seed_urls)
     sys.exit(status)
@@ -344,7 +353,7 @@ def add_seeds(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> 
         fail("no seeds given")
     with crawl_db(config.db) as store:
         added = inject_seeds(store, config, seed_urls)
-    click.echo(f"{added} new crawl candidates from {len(seed_urls)} seeds in {config.db}")
+    click.echo(f"{added} new crawl candidates from {len(seed_urls)} seeds in {shown(config.db)}")
 
 
 @main.command()
@@ -497,7 +506,7 @@ def check_readable(db: str) -> None:
     """Refuse (one line) a database that is not there or not courtly's, without opening it
     for writing."""
     if not db_exists(db):
-        fail(f"no crawl database at {db}")
+        fail(f"no crawl database at {shown(db)}")
     tables = sqlite_tables(db)
     if tables is not None and "schema_version" not in tables:
         fail(f"{db} is not a courtly crawl database")

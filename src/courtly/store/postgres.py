@@ -138,6 +138,12 @@ def shown_url(url: str) -> str:
     userinfo = _USERINFO_RE.match(base)
     if userinfo is not None and userinfo.group(1):
         base = base[:userinfo.start(1)] + base[userinfo.end(1):]
+    # a password with an unescaped '/' (base64's) is not the user part libpq reads: whatever
+    # precedes an '@' may still be part of it (a database name with an '@' is shown cut short)
+    start = base.find("://") + 3
+    at = base.rfind("@")
+    if at >= start > 2:
+        base = base[:start] + base[at + 1:]
     return _join(base, [i for i in items if "password" not in _key(i)])
 
 
