@@ -326,6 +326,31 @@ def test_continuous_worker_waits_for_new_seeds(serve, pg_url: PgUrl, tmp_path: P
     assert proc.returncode == 0 and "stopped by SIGTERM" in err
 
 
+def test_an_origin_finished_again_is_counted_once(serve, pg_url: PgUrl, tmp_path: Path) -> None:
+    """A --continuous worker whose one origin got new seeds twice ended with `origins 0 active
+    / 3 finished` (each time an origin came back, its finish was counted again; a worker
+    retaking its partitions after lost leases counted thousands)."""
+    site = serve({"a": {"/": Page(html("A", [])), "/x": Page(html("X", [])),
+                        "/y": Page(html("Y", []))}})
+    assert courtly("add-seeds", site.url("a"), "--db", pg_url).status == 0
+    proc = courtly_process("worker", "--db", pg_url, "--continuous", "--min-delay", "0",
+                           "--progress", "off", "--config", fleet_config(tmp_path))
+    try:
+        deadline = time.monotonic() + 20
+        for done, more in ((["/"], "/x"), (["/", "/x"], "/y"), (["/", "/x", "/y"], None)):
+            while fetched_paths(site, "a") != done and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert fetched_paths(site, "a") == done
+            time.sleep(1.5)  # the worker polls, finds the origin finished and forgets it
+            if more is not None:
+                assert courtly("add-seeds", site.url("a", more), "--db", pg_url).status == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "stopped by SIGTERM" in err
+    assert "origins 0 active / 1 finished" in err, err
+
+
 def test_worker_needs_a_postgres_database(tmp_path) -> None:
     run = courtly("worker", "--db", tmp_path / "x.db")
     assert run.status == 2 and "postgresql://" in run.err

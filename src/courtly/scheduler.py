@@ -205,6 +205,7 @@ class Turns:
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: dict[str, asyncio.Task[None]] = {}  # origin → its turn
         self._revoked: set[str] = set()  # origins whose turn was cancelled by `revoke`
+        self._forgotten: set[str] = set()  # finished origins removed (counted finished)
         self._concurrency = concurrency
         self._beside: dict[str, asyncio.Task[None]] = {}  # origin → its last action's end
         #: the running loop, kept by `run`: asking for it asks getpid() on 3.11
@@ -217,6 +218,9 @@ class Turns:
 
     def add(self, crawler: OriginCrawler, at: float) -> None:
         """A new origin crawler, its first turn at monotonic time `at`."""
+        if crawler.origin in self._forgotten:  # a fleet's origin back: no longer finished
+            self._forgotten.discard(crawler.origin)
+            self._stats.origins_finished -= 1
         self.crawlers[crawler.origin] = crawler
         self.box.push(crawler, at)
         self.wake()
@@ -240,6 +244,7 @@ class Turns:
         finished = [c for c in self.crawlers.values() if c.finished]
         for crawler in finished:
             del self.crawlers[crawler.origin]
+            self._forgotten.add(crawler.origin)
         return finished
 
     def running(self) -> list[str]:
