@@ -210,6 +210,16 @@ def test_infinite_or_nan_numbers_are_refused(db: Path, tmp_path: Path) -> None:
     assert not db.exists()
 
 
+@pytest.mark.parametrize("lease", ["0.02", "0.5", "0"])
+def test_a_lease_too_short_to_hold_is_refused(lease: str, tmp_path: Path) -> None:
+    """`[fleet] lease_seconds = 0.02` was taken: the worker's leases expired between its
+    renewals, and it fetched the same pages again and again (402 requests in 20 s, not one
+    recorded: `lost the leases of partitions …`) until it was stopped."""
+    config = write(tmp_path / "crawl.toml", f"[fleet]\nlease_seconds = {lease}\n")
+    run = courtly("worker", "--db", "postgresql://postgres@127.0.0.1:1/test", "--config", config)
+    one_line(run, 2, "fleet.lease_seconds", "greater than or equal to 1")
+
+
 def test_seeds_file_comments_trailing_words_and_bom(db: Path, tmp_path: Path) -> None:
     seeds = tmp_path / "seeds.txt"
     seeds.write_bytes("\ufeffhttp://127.0.0.1:1/a\n  # an indented comment\n"

@@ -191,8 +191,9 @@ class Recrawl(_Section):
 class FleetConfig(_Section):
     """Distributed mode: workers sharing a PostgreSQL crawl database (docs/distributed.md)."""
 
-    #: a worker that stops renewing its leases loses them after this long
-    lease_seconds: float = Field(30.0, gt=0)
+    #: a worker that stops renewing its leases loses them after this long (a second at least:
+    #: a shorter lease expired between renewals, and its worker fetched pages it could not keep)
+    lease_seconds: float = Field(30.0, ge=1)
     #: partitions of the registered domains; fixed when a crawl database first gets them
     partitions: int = Field(64, ge=1, le=65536)
     #: how long an unreachable database is retried (with backoff) before the worker stops
