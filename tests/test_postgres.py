@@ -464,6 +464,33 @@ def test_database_restart_is_survived_and_an_outage_stops_cleanly(serve, proxied
     assert len(fetched_paths(site, "a")) <= n + 1 + 2
 
 
+def test_an_outage_stops_a_worker_after_reconnect_seconds_not_twice(serve, proxied,
+                                                                      tmp_path) -> None:
+    """With `reconnect_seconds = 6` a worker whose database went away exited 12 s later:
+    having given up on the crawl's connection, it retried giving its leases back for another
+    6 s. It now tries that once."""
+    proxy, url = proxied
+    pages = {"/": Page(html("home", [f"/p{i}" for i in range(30)]))}
+    pages |= {f"/p{i}": Page(html(f"page {i}", []), delay=0.01) for i in range(30)}
+    site = serve({"a": pages})
+    toml = tmp_path / "crawl.toml"
+    toml.write_text("[fleet]\nreconnect_seconds = 6\n")
+    assert courtly("add-seeds", site.url("a"), "--db", url).status == 0
+    proc = courtly_process("worker", "--db", url, "--min-delay", "0.2", "--progress", "off",
+                           "--config", toml)
+    deadline = time.monotonic() + 20
+    while len(rows(url, "SELECT id FROM crawl_log")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proxy.cut()
+    cut = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - cut
+    assert proc.returncode == 1 and "retried for 6s" in err, err
+    assert "could not give the leases back" in err, err
+    # 6 s of retries, the in-flight turns' 2 s of grace, one try to give the leases back
+    assert took < 9, (took, err)  # 12 s when the leases were retried as long again
+
+
 def test_two_workers_wait_out_a_ten_second_outage(serve, proxied, pg_url: PgUrl,
                                                    tmp_path) -> None:
     """PostgreSQL unreachable for 10 s mid-crawl (every connection cut, new ones refused): both

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from courtly.crawler import Crawler
 from courtly.scheduler import FOR_THE_RUN, OriginCrawler
-from courtly.stats import CrawlStats
+from courtly.stats import CrawlStats, StopKind
 from courtly.steering import Steering
-from courtly.store.base import StoreError, Write
+from courtly.store.base import ConnectionLost, StoreError, Write
 from courtly.store.postgres import PostgresStore
 from courtly.store.thread import DatabaseThread
 from courtly.urls import partition_of
@@ -362,9 +362,16 @@ def run_worker(
     worker = Worker(polls, fleet, continuous)
     store.worker = worker.id
     crawler = Crawler(config, store, strategy, on_progress=on_progress, fleet=worker)
+    lost = False  # the database stayed away for reconnect_seconds
     try:
         stats = asyncio.run(run(crawler) if run is not None else crawler.run())
+        lost = stats.stop is not None and stats.stop.kind is StopKind.CONNECTION_LOST
+    except ConnectionLost:
+        lost = True
+        raise
     finally:
+        if lost:  # one more try to give the leases back, not another reconnect_seconds
+            polls.retry_seconds = 0
         try:
             worker.leave()
         except StoreError as exc:  # the database is gone: the leases will expire
