@@ -326,6 +326,28 @@ def test_continuous_worker_waits_for_new_seeds(serve, pg_url: PgUrl, tmp_path: P
     assert proc.returncode == 0 and "stopped by SIGTERM" in err
 
 
+def test_a_worker_started_before_any_seed_crawls_the_seeds_added_later(
+        serve, pg_url: PgUrl, tmp_path: Path) -> None:
+    """The address guard lets the seeds' own hosts through: before, it knew only the seeds of
+    the worker's start, and a seed on 127.0.0.1 added later was BLOCKED_ADDRESS (for a day)."""
+    site = serve({"a": {"/": Page(html("A", ["/x"])), "/x": Page(html("X", []))}})
+    proc = courtly_process("worker", "--db", pg_url, "--continuous", "--min-delay", "0",
+                           "--progress", "off", "--config", fleet_config(tmp_path))
+    try:
+        time.sleep(1.5)  # the worker has joined, with nothing to crawl
+        assert proc.poll() is None, "a --continuous worker exited"
+        assert courtly("add-seeds", site.url("a"), "--db", pg_url).status == 0
+        deadline = time.monotonic() + 20
+        while len(fetched_paths(site, "a")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    codes = {r["url"]: r["exit_code"] for r in rows(pg_url, "SELECT url, exit_code FROM crawl_log")}
+    assert codes == {site.url("a"): "OK", site.url("a", "/x"): "OK"}, codes
+
+
 def test_an_origin_finished_again_is_counted_once(serve, pg_url: PgUrl, tmp_path: Path) -> None:
     """A --continuous worker whose one origin got new seeds twice ended with `origins 0 active
     / 3 finished` (each time an origin came back, its finish was counted again; a worker

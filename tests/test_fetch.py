@@ -31,6 +31,7 @@ from courtly.fetch import (
 )
 from courtly.fetch import address_allowed as allowed
 from courtly.model import ExitCode
+from courtly.urls import bare_host
 from tests.hostile_server import (
     HostileServer,
     close_at_once,
@@ -280,7 +281,7 @@ def test_an_ipv6_seed_host_is_its_own_host() -> None:
     """A seed http://[::1]:PORT/ is allowed: hosts are compared without brackets."""
 
     async def run() -> None:
-        async with Fetcher(LIMITS, "courtly-test", {"[::1]"}) as fetcher:
+        async with Fetcher(LIMITS, "courtly-test", {bare_host("http://[::1]:8000/")}) as fetcher:
             fetcher._check_literal_address("::1")
             fetcher._check_literal_address("[::1]")
             with pytest.raises(FetchError):

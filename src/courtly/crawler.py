@@ -40,7 +40,7 @@ from courtly.steering import Fleet, Steering
 from courtly.store import Store, StoreError
 from courtly.store.database import Database, StrategyStore
 from courtly.strategy import CrawlingStrategy, StoreContext
-from courtly.urls import host_of, origin_of
+from courtly.urls import origin_of
 from courtly.warc import CrawlArchive
 
 log = logging.getLogger("courtly")
@@ -95,8 +95,7 @@ class Crawler:
     async def _crawl_until_done(self) -> CrawlStats:
         """Dispatch turns until done or stopped, then drain, commit and close the strategy."""
         # the address guard lets through the seeds' own hosts, not the origins found in scope
-        hosts = {host_of(o + "/") for o in await self.db.call(self.store.seed_origins)}
-        async with Fetcher.for_crawl(self.config, hosts) as self.fetcher:
+        async with Fetcher.for_crawl(self.config, self.steering.seed_hosts) as self.fetcher:
             self.store.commit_interval = self.config.commit_interval
             try:
                 await self.turns.run(self.steering.more, [self._housekeeping(),

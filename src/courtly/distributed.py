@@ -53,6 +53,7 @@ class Plan:
     origins: list[str] = field(default_factory=list)
     done: bool = False
     scope: list[str] | None = None  # the configured origins, when they changed (new seeds)
+    seeds: list[str] = field(default_factory=list)  # then the seeds' origins
 
 
 class Worker:
@@ -192,10 +193,11 @@ class Worker:
             self._busy = busy
         scope = store.configured_origins()
         changed = scope if scope != self._scope else None
+        seeds = store.seed_origins() if changed is not None else []
         self._scope = scope
         if busy or self.continuous:
-            return Plan(work, scope=changed)
-        return Plan(done=store.fleet_done(self.id, self.run, due), scope=changed)
+            return Plan(work, scope=changed, seeds=seeds)
+        return Plan(done=store.fleet_done(self.id, self.run, due), scope=changed, seeds=seeds)
 
     async def follow(self, crawl: Steering) -> None:
         """Hand the crawl the origins our leases give it, until the fleet is done; a turn of an
@@ -213,7 +215,7 @@ class Worker:
             plan = await polls.call(self.poll, [*crawl.turns.crawlers, *under_way], finished,
                                     crawl.stats.actions, crawl.due_time(), under_way)
             if plan.scope is not None:  # seeds were added
-                crawl.rescope(plan.scope)
+                crawl.rescope(plan.scope, plan.seeds)
             # at once: one by one, each origin's state waited for a turn of the busy database
             # thread (200 origins took seconds, and no poll handed a joining worker its share)
             await asyncio.gather(*(crawl.take_over(origin) for origin in plan.origins))

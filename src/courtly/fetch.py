@@ -14,6 +14,7 @@ import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -133,7 +134,7 @@ class GuardedResolver:
     actually connected to. A seed's own host (allowed_hosts) is let through as it resolves.
     """
 
-    def __init__(self, allowed_hosts: frozenset[str], inner: Resolver | None = None) -> None:
+    def __init__(self, allowed_hosts: AbstractSet[str], inner: Resolver | None = None) -> None:
         self._inner = inner or SystemResolver()
         self._allowed = allowed_hosts
 
@@ -229,15 +230,17 @@ class Fetcher:
         self,
         limits: Limits,
         user_agent: str,
-        allowed_hosts: Iterable[str] = (),
+        allowed_hosts: AbstractSet[str] = frozenset(),
         proxies: Proxies | None = None,
         ca_bundle: str | None = None,
     ) -> None:
         self.limits = limits
         self.proxies = proxies  # None: every request goes direct (proxy.py)
         self._ca_bundle = ca_bundle  # None: the system's CAs (and SSL_CERT_FILE)
-        # as URLs spell hosts to the resolver: no IPv6 brackets, lower case
-        self._allowed = frozenset(h.strip("[]").lower() for h in allowed_hosts)
+        #: the hosts the address guard lets through as they resolve (the seeds', as
+        #: urls.bare_host spells them); read as the set grows (a fleet's seeds added while it
+        #: crawls: steering.py)
+        self._allowed = allowed_hosts
         self._fixed_headers = (f"User-Agent: {user_agent}\r\nAccept: */*\r\n"
                                "Accept-Encoding: gzip, deflate, br\r\n")
         system: Resolver = SystemResolver()
@@ -253,7 +256,7 @@ class Fetcher:
         self._last_local_error = float("-inf")  # the loop's time of the last one
 
     @classmethod
-    def for_crawl(cls, config: CrawlConfig, allowed_hosts: Iterable[str]) -> Fetcher:
+    def for_crawl(cls, config: CrawlConfig, allowed_hosts: AbstractSet[str]) -> Fetcher:
         """The crawl's fetcher: its limits and User-Agent, its proxy (the `proxy` key, or the
         environment's: ValueError for one that cannot be used) and its CA bundle."""
         proxies = Proxies.from_environment(os.environ, config.proxy)

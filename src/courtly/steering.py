@@ -22,6 +22,7 @@ from courtly.scheduler import OriginCrawler, Turns, delay_for
 from courtly.stats import CrawlStats
 from courtly.store.base import Store, Write
 from courtly.store.database import Database
+from courtly.urls import bare_host
 
 
 class Fleet(Protocol):
@@ -53,6 +54,9 @@ class Steering:
         self.stats = stats
         self.fleet = fleet
         self.origins = store.configured_origins()
+        #: the seeds' hosts, which the address guard lets through: the fetcher reads this set
+        #: as it grows (seeds a fleet adds while it crawls, `rescope`)
+        self.seed_hosts = _hosts(store.seed_origins())
         self.policy = Policy(config.policies, config.traps, [o + "/" for o in self.origins])
         stats.origins_total = len(self.origins)
         self.done = False  # the fleet has no work left
@@ -109,8 +113,10 @@ class Steering:
         self.turns.add(crawler, time.monotonic() + max(0.0, state.backoff_until - clock.now()))
 
     # -- what the fleet does (Fleet.follow) ------------------------------------------------
-    def rescope(self, origins: list[str]) -> None:
-        """The configured origins changed (seeds were added): the scope follows."""
+    def rescope(self, origins: list[str], seeds: list[str]) -> None:
+        """The configured origins changed (seeds were added): the scope and the address guard
+        follow (before, a private-address seed added while a worker ran was BLOCKED_ADDRESS)."""
+        self.seed_hosts |= _hosts(seeds)  # in place: the fetcher's own set
         if origins != self.origins:
             self.origins = origins
             self.policy.rescope([o + "/" for o in origins])
@@ -125,3 +131,8 @@ class Steering:
         """The fleet has no work left: the crawl ends when its turns do."""
         self.done = True
         self.turns.wake()
+
+
+def _hosts(origins: list[str]) -> set[str]:
+    """Origins' hosts as the fetcher's address guard compares them."""
+    return {bare_host(origin + "/") for origin in origins}

@@ -363,6 +363,11 @@ def host_of(url: str) -> str:
     return _scheme_host_port(url)[1]
 
 
+def bare_host(url: str) -> str:
+    """The host of an http(s) URL as a resolver is given it: no IPv6 brackets."""
+    return host_of(url).strip("[]")
+
+
 @functools.cache
 def _extractor() -> tldextract.TLDExtract:
     """A tldextract instance using only its bundled snapshot: no fetch, no cache directory."""
@@ -392,7 +397,7 @@ def partition_key(origin: str) -> str:
     The public suffix list says nothing about 127.0.0.1:8001 vs 127.0.0.1:8002, which are
     different services; every origin is still crawled by one worker at a time either way.
     """
-    host = host_of(origin + "/").strip("[]").lower()
+    host = bare_host(origin + "/")
     try:
         ipaddress.ip_address(host)
         return origin
