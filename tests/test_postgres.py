@@ -491,6 +491,37 @@ def test_an_outage_stops_a_worker_after_reconnect_seconds_not_twice(serve, proxi
     assert took < 9, (took, err)  # 12 s when the leases were retried as long again
 
 
+def test_a_second_signal_stops_a_worker_waiting_for_its_database(serve, proxied,
+                                                                 tmp_path) -> None:
+    """A worker whose database went away ignored Ctrl-C and SIGTERM until reconnect_seconds
+    ran out (a minute by default). The first signal still waits for the database, to write what
+    was crawled; a second gives up at once."""
+    proxy, url = proxied
+    pages = {"/": Page(html("home", [f"/p{i}" for i in range(30)]))}
+    pages |= {f"/p{i}": Page(html(f"page {i}", []), delay=0.01) for i in range(30)}
+    site = serve({"a": pages})
+    toml = tmp_path / "crawl.toml"
+    toml.write_text("[fleet]\nreconnect_seconds = 60\n")
+    assert courtly("add-seeds", site.url("a"), "--db", url).status == 0
+    proc = courtly_process("worker", "--db", url, "--min-delay", "0.2", "--progress", "off",
+                           "--config", toml)
+    deadline = time.monotonic() + 20
+    while len(rows(url, "SELECT id FROM crawl_log")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proxy.cut()
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(3.0)  # past the in-flight requests' grace: waiting for the database now
+    assert proc.poll() is None, "the first signal did not wait for the database"
+    proc.send_signal(signal.SIGINT)
+    second = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - second
+    assert proc.returncode == 1 and "gave up on a second signal" in err, err
+    assert "Traceback" not in err, err
+    assert took < 5, (took, err)  # it waited out the 60 s before
+
+
 def test_two_workers_wait_out_a_ten_second_outage(serve, proxied, pg_url: PgUrl,
                                                    tmp_path) -> None:
     """PostgreSQL unreachable for 10 s mid-crawl (every connection cut, new ones refused): both

@@ -84,8 +84,7 @@ class Crawler:
             raise
         self.db.stop_on_failure(lambda exc: self._stop_for(None, exc))
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stop,
-                                    Stop(StopKind.SIGNAL, f"stopped by {sig.name}"))
+            loop.add_signal_handler(sig, self.stop, Stop(StopKind.SIGNAL, f"stopped by {sig.name}"))
         try:  # a signal during the shut-down is handled too: it is already stopping
             return await self._crawl_until_done()
         finally:
@@ -127,9 +126,11 @@ class Crawler:
         return self.stats
 
     def stop(self, stop: Stop) -> None:
-        """Stop dispatching new turns; in-flight requests get a short grace period."""
+        """Stop dispatching new turns (in flight: a grace period); a second signal, waiting."""
         if self.stats.stop is None:
             self.stats.stop = stop
+        elif stop.kind is StopKind.SIGNAL:  # no more wait for a database server gone away
+            self.store.stop_reconnecting()
         self.turns.stop()
 
     def _stop_for(self, crawler: OriginCrawler | None, exc: Exception) -> None:

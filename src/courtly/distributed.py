@@ -205,8 +205,8 @@ class Worker:
         polls = DatabaseThread(self.store)  # its own connection: writes never delay a renewal
         try:
             await self._follow(crawl, polls)
-        finally:
-            polls.close()
+        finally:  # off the loop: its call may wait for a lost server, and a signal must get in
+            await asyncio.to_thread(polls.close)
 
     async def _follow(self, crawl: Steering, polls: DatabaseThread) -> None:
         while not crawl.turns.stopping:

@@ -156,6 +156,11 @@ class Store(Protocol):
         """Commit writes held back by group commit (those held at least `age` seconds)."""
         ...
 
+    def stop_reconnecting(self) -> None:
+        """Stop waiting for a lost database server (a second signal): what is not written yet
+        is lost, and crawled again by the next run (SQLite: nothing to wait for)."""
+        ...
+
     def close(self) -> None:
         """Close the connection."""
         ...

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import select
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -103,6 +104,10 @@ _UNPARTED = ("SELECT origin FROM candidates WHERE part = -1 UNION "
 _CONFLICTS = frozenset({"40P01", "40001", "26000"})
 _CONFLICT_RETRIES = 10
 
+
+#: set by a second signal: every connection of this process stops reconnecting (the crawl's and
+#: its fleet's: a process stops as one)
+_GIVING_UP = threading.Event()
 
 class _Conflict(StoreError):
     """A batch rolled back by a deadlock with another worker's (sent again)."""
@@ -242,16 +247,17 @@ class PostgresSql(SqlStore):
                 self._conn = conn
                 return conn
             except psycopg.Error as exc:
-                if first or time.monotonic() + pause > deadline:
+                if first or _GIVING_UP.is_set() or time.monotonic() + pause > deadline:
                     if first:
                         raise StoreError(
                             f"cannot connect to {self.path}: {one_line(exc)}") from None
-                    raise ConnectionLost(
-                        f"lost the connection to {self.path} (retried for "
-                        f"{self.retry_seconds:.0f}s): {one_line(exc)}", final=True) from None
+                    how = ("gave up on a second signal" if _GIVING_UP.is_set()
+                           else f"retried for {self.retry_seconds:.0f}s")
+                    raise ConnectionLost(f"lost the connection to {self.path} ({how}): "
+                                         f"{one_line(exc)}", final=True) from None
                 log.warning("database %s unreachable, retrying in %.1fs: %s",
                             self.path, pause, one_line(exc))
-                time.sleep(pause)
+                _GIVING_UP.wait(pause)  # a second signal ends the wait
                 pause = min(pause * 2, 2.0)  # back within 2 s of the server
 
     def _session_connection(self) -> psycopg.Connection[Any]:
@@ -401,6 +407,10 @@ class PostgresSql(SqlStore):
         """Close the connection."""
         if self._conn is not None and not self._conn.closed:
             self._conn.close()
+
+    def stop_reconnecting(self) -> None:
+        """Stop reconnecting, this store and every other of the process (a second signal)."""
+        _GIVING_UP.set()
 
     # -- the partition of each row (docs/distributed.md, sharding) ---------------------------
     def _part_of(self, origin: str) -> int:

@@ -170,6 +170,9 @@ class SqlBase:
         """Close the connection."""
         raise NotImplementedError
 
+    def stop_reconnecting(self) -> None:
+        """Stop waiting for a lost server (only a shared database's store waits for one)."""
+
     def flush(self, age: float = 0.0) -> None:
         """Commit writes held back by group commit if they are at least `age` seconds old
         (backends without it commit at once)."""
