@@ -15,6 +15,7 @@ import resource
 import signal
 import socket
 import string
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -464,17 +465,15 @@ def test_database_restart_is_survived_and_an_outage_stops_cleanly(serve, proxied
     assert len(fetched_paths(site, "a")) <= n + 1 + 2
 
 
-def test_an_outage_stops_a_worker_after_reconnect_seconds_not_twice(serve, proxied,
-                                                                      tmp_path) -> None:
-    """With `reconnect_seconds = 6` a worker whose database went away exited 12 s later:
-    having given up on the crawl's connection, it retried giving its leases back for another
-    6 s. It now tries that once."""
+def worker_cut_off(serve: Any, proxied: Any, tmp_path: Path,
+                   reconnect: int) -> subprocess.Popen[str]:
+    """A worker crawling one origin whose database (through the proxy) was just cut off."""
     proxy, url = proxied
     pages = {"/": Page(html("home", [f"/p{i}" for i in range(30)]))}
     pages |= {f"/p{i}": Page(html(f"page {i}", []), delay=0.01) for i in range(30)}
     site = serve({"a": pages})
     toml = tmp_path / "crawl.toml"
-    toml.write_text("[fleet]\nreconnect_seconds = 6\n")
+    toml.write_text(f"[fleet]\nreconnect_seconds = {reconnect}\n")
     assert courtly("add-seeds", site.url("a"), "--db", url).status == 0
     proc = courtly_process("worker", "--db", url, "--min-delay", "0.2", "--progress", "off",
                            "--config", toml)
@@ -482,6 +481,15 @@ def test_an_outage_stops_a_worker_after_reconnect_seconds_not_twice(serve, proxi
     while len(rows(url, "SELECT id FROM crawl_log")) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     proxy.cut()
+    return proc
+
+
+def test_an_outage_stops_a_worker_after_reconnect_seconds_not_twice(serve, proxied,
+                                                                      tmp_path) -> None:
+    """With `reconnect_seconds = 6` a worker whose database went away exited 12 s later:
+    having given up on the crawl's connection, it retried giving its leases back for another
+    6 s. It now tries that once."""
+    proc = worker_cut_off(serve, proxied, tmp_path, 6)
     cut = time.monotonic()
     _, err = proc.communicate(timeout=60)
     took = time.monotonic() - cut
@@ -496,19 +504,7 @@ def test_a_second_signal_stops_a_worker_waiting_for_its_database(serve, proxied,
     """A worker whose database went away ignored Ctrl-C and SIGTERM until reconnect_seconds
     ran out (a minute by default). The first signal still waits for the database, to write what
     was crawled; a second gives up at once."""
-    proxy, url = proxied
-    pages = {"/": Page(html("home", [f"/p{i}" for i in range(30)]))}
-    pages |= {f"/p{i}": Page(html(f"page {i}", []), delay=0.01) for i in range(30)}
-    site = serve({"a": pages})
-    toml = tmp_path / "crawl.toml"
-    toml.write_text("[fleet]\nreconnect_seconds = 60\n")
-    assert courtly("add-seeds", site.url("a"), "--db", url).status == 0
-    proc = courtly_process("worker", "--db", url, "--min-delay", "0.2", "--progress", "off",
-                           "--config", toml)
-    deadline = time.monotonic() + 20
-    while len(rows(url, "SELECT id FROM crawl_log")) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proxy.cut()
+    proc = worker_cut_off(serve, proxied, tmp_path, 60)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     time.sleep(3.0)  # past the in-flight requests' grace: waiting for the database now
