@@ -236,9 +236,11 @@ def test_serve_mistakes_are_one_line(tmp_path: Path, serve: Any) -> None:
         assert site.hits == []  # nothing was crawled
         run = courtly("serve", "--db", db, "--port", port)
         assert run.status == 2 and "Address already in use" in run.err
-    for wrong in ("nope", "70000", "host:", ":80"):
+    for wrong in ("nope", "70000", "host:", ":80", "\u00b2", "host:\u0661\u0662"):
         run = courtly("crawl", site.url("s"), "--db", db, "--serve", wrong)
-        assert run.status == 2 and run.err.startswith("courtly: serve: "), run.err
+        assert run.err.strip().splitlines() == [
+            f"courtly: serve: {wrong!r} is not [HOST:]PORT with a port from 0 to 65535"], run.err
+        assert run.status == 2 and site.hits == []
 
 
 def test_serve_refuses_a_file_that_is_not_sqlite_as_report_does(tmp_path: Path) -> None:

@@ -285,7 +285,9 @@ class CrawlConfig(_Section):
         if serve is None:
             return None
         host, colon, port = serve.rpartition(":")
-        if not port.isdigit() or int(port) > 65535 or (colon and not host.strip("[]")):
+        # ASCII digits only: str.isdigit() accepts "²", which int() refuses
+        if not (port.isascii() and port.isdigit()) or int(port) > 65535 or (
+                colon and not host.strip("[]")):
             raise ValueError(f"{serve!r} is not [HOST:]PORT with a port from 0 to 65535")
         return serve
 
