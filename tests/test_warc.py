@@ -360,3 +360,14 @@ def test_crawl_warc_into_a_file_is_one_line(serve, tmp_path: Path) -> None:
     run = courtly("crawl", site.url("one"), "--db", tmp_path / "c.db", "--warc",
                   tmp_path / "file" / "warcs")
     one_line(run, 2, "cannot create the WARC directory")
+
+
+def test_export_warc_into_a_file_is_one_line_naming_the_directory(serve, tmp_path: Path
+                                                                  ) -> None:
+    """`export --warc file/warcs` said "cannot write standard output: Not a directory"."""
+    db = tmp_path / "c.db"
+    crawled(serve, db)
+    (tmp_path / "file").write_text("")
+    run = courtly("export", "--db", db, "--format", "warc", "--warc", tmp_path / "file" / "w")
+    one_line(run, 2, f"cannot create the WARC directory {tmp_path}/file/w: Not a directory")
+    assert "standard output" not in run.err and run.out == ""

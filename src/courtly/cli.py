@@ -377,6 +377,11 @@ def export(db: str | None, fmt: str, out: str | None, warc_dir: str | None,
     if fmt == "warc" and not out and not warc_dir and sys.stdout.isatty():
         fail("a WARC file is binary: give --out FILE, --warc DIR or redirect standard output")
     with crawl_db(db, must_exist=True) as store:
+        if warc_dir:  # as `crawl --warc` says it (not "cannot write standard output")
+            try:
+                Path(warc_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                fail(f"cannot create the WARC directory {warc_dir}: {exc.strerror or exc}")
         try:
             if fmt == "warc":
                 export_warc(store, out, warc_dir, warc_max_size)
@@ -391,7 +396,7 @@ def export(db: str | None, fmt: str, out: str | None, warc_dir: str | None,
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
             sys.exit(141)  # quietly, as a tool the pipe's signal stopped (128 + SIGPIPE)
         except OSError as exc:
-            fail(f"cannot write {out or 'standard output'}: {exc.strerror or exc}")
+            fail(f"cannot write {out or warc_dir or 'standard output'}: {exc.strerror or exc}")
 
 
 def export_warc(store: Store, out: str | None, directory: str | None, max_size: int) -> None:
