@@ -371,3 +371,15 @@ def test_export_warc_into_a_file_is_one_line_naming_the_directory(serve, tmp_pat
     run = courtly("export", "--db", db, "--format", "warc", "--warc", tmp_path / "file" / "w")
     one_line(run, 2, f"cannot create the WARC directory {tmp_path}/file/w: Not a directory")
     assert "standard output" not in run.err and run.out == ""
+
+
+def test_crawl_warc_without_kept_bodies_is_one_line(serve, tmp_path: Path) -> None:
+    """`crawl --warc DIR` with `store_content = false` crawled everything, exit 0, and wrote no
+    record (WARC records are read back from the kept pages): an empty directory."""
+    site = serve({"one": {"/": Page(html("Home", []))}})
+    conf = tmp_path / "crawl.toml"
+    conf.write_text("store_content = false\n")
+    run = courtly("crawl", site.url("one"), "--db", tmp_path / "c.db", "--config", conf,
+                  "--warc", tmp_path / "w")
+    one_line(run, 2, "crawl.toml: warc: ", "need store_content = true")
+    assert site.hits == [] and not (tmp_path / "w").exists()

@@ -7,7 +7,14 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from courtly.patterns import compile_pattern
 from courtly.proxy import parse_proxy
@@ -290,6 +297,15 @@ class CrawlConfig(_Section):
                 colon and not host.strip("[]")):
             raise ValueError(f"{serve!r} is not [HOST:]PORT with a port from 0 to 65535")
         return serve
+
+    @field_validator("warc")
+    @classmethod
+    def _warc_needs_the_bodies(cls, warc: Warc, info: ValidationInfo) -> Warc:
+        """WARC records are written from what the crawl keeps: without bodies, none would be."""
+        if warc.dir is not None and info.data.get("store_content") is False:
+            raise ValueError("WARC files are written from the kept pages: they need "
+                             "store_content = true")
+        return warc
 
     @field_validator("db")
     @classmethod
