@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 from courtly.store.reader import LogRow
+from courtly.view.origins import OriginTable, OriginView
 from courtly.view.series import MAX_BINS, Series
 from courtly.view.tally import Tally
 
@@ -33,3 +36,24 @@ def test_rows_committed_out_of_order_are_counted_once() -> None:
     assert tally.origins["http://a.test"].errors == 1
     tally.add([], now=100.0, track_gaps=True)  # a gap never filled (a rolled-back row) expires
     assert tally.gaps == {}
+
+
+def test_asking_for_many_limits_does_not_grow_the_origins_table() -> None:
+    """`courtly serve` of a finished crawl keeps one origins table for ever; every distinct
+    `/api/origins?limit=N` kept one more sorted copy of it (5,000 requests: +28 MB)."""
+    table = OriginTable([OriginView(f"http://{k}.test", "finished", "", k, k % 7, 1.0,
+                                    "404: allow all") for k in range(50)])
+    first = table.page("errors", True, 10)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for limit in range(1, 2000):
+            page = table.page("actions", limit % 2 == 0, limit)
+            assert len(page["origins"]) == min(limit, 50)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 1_000_000, grown
+    assert table.page("errors", True, 10) == first
+    assert [o["actions"] for o in table.page("actions", True, 10**30)["origins"]] == list(
+        range(49, -1, -1))

@@ -11,6 +11,9 @@ STATES = ("crawling", "ready", "waiting", "backing off", "finished", "idle")
 SORT_KEYS = ("origin", "state", "actions", "errors", "delay", "robots", "reason")
 #: rows sent for one request of the table (the page asks for one sorted page of it)
 DEFAULT_LIMIT = 200
+#: sorted pages kept per table (the page asks for one at a time; a client asking for many
+#: limits must not grow a table that `courtly serve` of a finished crawl keeps for ever)
+KEPT_PAGES = 32
 
 
 @dataclass(slots=True)
@@ -55,9 +58,13 @@ class OriginTable:
 
     def page(self, sort: str, descending: bool, limit: int) -> dict[str, Any]:
         """At most `limit` rows sorted by a column (unknown: by origin), as JSON."""
-        key = (sort if sort in SORT_KEYS else "origin", descending, max(0, limit))
+        # past the number of rows every limit is the same page
+        key = (sort if sort in SORT_KEYS else "origin", descending,
+               min(max(0, limit), len(self.rows)))
         found = self._pages.get(key)
         if found is None:
+            if len(self._pages) >= KEPT_PAGES:
+                del self._pages[next(iter(self._pages))]  # the oldest
             column = key[0]
 
             def value(row: OriginView) -> tuple[bool, Any]:
