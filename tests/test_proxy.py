@@ -16,6 +16,7 @@ import zstandard
 from courtly.proxy import Proxies, parse_proxy
 from courtly.site import Page, html
 from tests.conftest import candidates, courtly, fetched_paths, robots, rows
+from tests.test_bad_input import one_line
 
 #: pproxy imports uvloop when it can, and then fails on Python 3.11 (no current event loop)
 _PPROXY = ("import sys; sys.modules['uvloop'] = None; sys.argv[0] = 'pproxy'; "
@@ -109,7 +110,13 @@ def test_a_proxy_url_courtly_cannot_use_is_one_line(tmp_path: Path,
     assert run.status == 2 and "proxy: only http:// proxies are supported" in run.err
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:notaport")
     run = courtly("crawl", "http://127.0.0.1:9/", "--db", tmp_path / "d.db")
-    assert run.status == 2 and "https_proxy: bad port in proxy URL" in run.err
+    one_line(run, 2, "HTTPS_PROXY: bad port in proxy URL")  # the variable the user set
+    monkeypatch.delenv("HTTPS_PROXY")
+    # all_proxy is read for both schemes: a mistake in it once said "http_proxy: …", a variable
+    # the user had not set
+    monkeypatch.setenv("all_proxy", "socks5://127.0.0.1:1080")
+    run = courtly("crawl", "http://127.0.0.1:9/", "--db", tmp_path / "e.db")
+    one_line(run, 2, "courtly: all_proxy: only http:// proxies are supported, not socks5://")
 
 
 def config(tmp_path: Path, text: str) -> Path:

@@ -95,18 +95,23 @@ class Proxies:
 
         ValueError for a proxy URL that cannot be used, naming the variable or key.
         """
-        def read(name: str) -> str:
-            return environ.get(name) or environ.get(name.upper()) or ""
+        def read(*names: str) -> tuple[str, str]:
+            """The first of the variables set (each in lower case, else upper case), and its
+            value: a mistake is named by the variable the user set."""
+            for name in names:
+                for variable in (name, name.upper()):
+                    if environ.get(variable):
+                        return variable, environ[variable]
+            return names[0], ""
 
         if proxy:
             http = https = _parsed("proxy", proxy)
         else:
-            fallback = read("all_proxy")
-            http = _parsed("http_proxy", read("http_proxy") or fallback)
-            https = _parsed("https_proxy", read("https_proxy") or fallback)
+            http = _parsed(*read("http_proxy", "all_proxy"))
+            https = _parsed(*read("https_proxy", "all_proxy"))
         if http is None and https is None:
             return None
-        return cls(http, https, read("no_proxy"))
+        return cls(http, https, read("no_proxy")[1])
 
     def for_url(self, scheme: str, host: str, port: int) -> Proxy | None:
         """The proxy for a request to host:port (host in lower case, IPv6 without brackets)."""
