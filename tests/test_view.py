@@ -243,6 +243,25 @@ def test_serve_mistakes_are_one_line(tmp_path: Path, serve: Any) -> None:
         assert run.status == 2 and site.hits == []
 
 
+def test_serve_with_an_empty_host_does_not_listen_on_every_address(
+        tmp_path: Path, serve: Any) -> None:
+    """`courtly serve --host ""` (a script's unset variable) served the page, which has no
+    login, on 0.0.0.0; `--serve :8080` is refused, and so is this now. `--host [::1]` is read
+    as `--serve [::1]:PORT` reads it."""
+    site = serve({"s": {"/": Page(html("home", []))}})
+    db = tmp_path / "crawl.db"
+    assert courtly("crawl", site.url("s"), "--db", db, "--progress", "off").status == 0
+    for host in ("", " "):
+        proc = subprocess.run([sys.executable, "-m", "courtly", "serve", "--db", str(db),
+                               "--host", host, "--port", "0"],
+                              capture_output=True, text=True, timeout=20)
+        assert proc.returncode == 2 and proc.stderr.splitlines() == [
+            "courtly: --host: give an address to listen on (0.0.0.0 for every one)"]
+    with serving("serve", "--db", db, "--host", "[::1]", "--port", "0") as view:
+        assert view.url.startswith("http://[::1]:")
+        assert view.json("api/summary")["actions"] == 1
+
+
 def test_serve_refuses_a_file_that_is_not_sqlite_as_report_does(tmp_path: Path) -> None:
     """`courtly serve --db notes.txt` once said "serving notes.txt" and ran, answering every
     request but the page with 503 "file is not a database" (connecting reads nothing)."""

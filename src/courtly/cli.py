@@ -471,10 +471,14 @@ def serve(db: str | None, host: str, port: int) -> None:
     """Serve a read-only view of the crawl in --db: a page, JSON, and /metrics."""
     from courtly.view.server import ViewError, serve_database
 
+    # an empty host would listen on every address (aiohttp): the page has no login
+    address = host.strip().removeprefix("[").removesuffix("]")
+    if not address:
+        fail("--host: give an address to listen on (0.0.0.0 for every one)")
     db = build_config(None, db=db).db
     check_readable(db)
     try:
-        serve_database(db, host, port)
+        serve_database(db, address, port)
     except ViewError as exc:
         fail(str(exc))
     except StoreError as exc:
