@@ -140,6 +140,21 @@ def test_a_rate_limit_pause_outlives_a_restart(serve, db: Path) -> None:
     assert len(site.hits_for("a")) == seen  # not even robots.txt: the origin is still paused
 
 
+def test_a_crawl_resumed_at_once_still_waits_the_delay(serve, db: Path) -> None:
+    """Each `courtly crawl --max-actions 1` (a script's loop, or a crawl stopped and started
+    again) sent its first request as soon as the process was up: a Crawl-delay of 2 s was met
+    with requests 0.8 s apart, the time the process took to start. The last request of the
+    earlier crawl is not stored, so a resumed origin waits its delay before its first."""
+    site = serve({"a": {"/robots.txt": robots("User-agent: *\nCrawl-delay: 2\n"), **pages(5)}})
+    for _ in range(3):
+        run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0",
+                      "--max-actions", "1")
+        assert run.status == 0, run.err
+    hits = site.hits_for("a")
+    assert [h.path for h in hits] == ["/robots.txt", "/", "/p0", "/p1"]
+    assert min(gaps(hits)) >= 2.0 - SLACK
+
+
 def test_503_without_retry_after_backs_off_exponentially(serve, db: Path, tmp_path: Path) -> None:
     def busy(count: int) -> Page:
         if count < 3:

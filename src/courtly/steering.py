@@ -108,7 +108,9 @@ class Steering:
         traps, rules = self.config.traps, self.config.politeness
         crawler = OriginCrawler(origin, state, patience=rules.patience, shapes=ShapeBudget(
             traps.max_actions_per_shape, traps.shape_depth_slack))
-        if taken_over:  # from another worker, whose last request may be recent
+        if taken_over or state.robots_fetched is not None:
+            # from another worker, or from an earlier crawl of this database (resumed after a
+            # stop, a budget, kill -9): its last request may be recent, and is not stored
             crawler.next_request_at = time.monotonic() + delay_for(crawler, rules)
         self.turns.add(crawler, time.monotonic() + max(0.0, state.backoff_until - clock.now()))
 
