@@ -300,6 +300,25 @@ def test_a_request_the_server_closed_before_answering_is_sent_again_on_a_new_con
     assert [(c, h.split()[1]) for c, h in server.heads] == [(0, "/a"), (0, "/b"), (1, "/b")]
 
 
+def test_a_server_that_hangs_up_on_every_kept_alive_request_sees_few_twice() -> None:
+    """A server that reads the second request on a connection and hangs up without a word (a
+    broken keep-alive, not an idle timeout's race) saw every page twice, a few milliseconds
+    apart: each was sent again at once on a new connection, which was kept alive in its turn.
+    After two such hang-ups its endpoint gets no more kept-alive connections."""
+    def script(conn: int, request: int, head: str) -> tuple[bytes, bool]:
+        if request == 1:
+            return b"", True  # the request was read: the server saw it, and answers nothing
+        return ok(head.split()[1].encode()), False
+
+    async def client(f: Fetcher, base: str) -> list[bytes]:
+        return [(await f.get(f"{base}/p{i}")).body for i in range(8)]
+
+    bodies, server = run(script, client)
+    assert bodies == [f"/p{i}".encode() for i in range(8)]
+    paths = [h.split()[1] for _, h in server.heads]
+    assert len(paths) == 8 + 2, paths  # before: 15, every page but the first twice
+
+
 def test_a_request_on_a_new_connection_closed_unanswered_is_not_sent_twice() -> None:
     async def client(f: Fetcher, base: str) -> FetchError:
         with pytest.raises(FetchError) as info:

@@ -44,6 +44,12 @@ log = logging.getLogger(__name__)
 _IDLE_PER_ENDPOINT = 2
 #: the longest pause between two tries while courtly's own machine is out of resources
 _LOCAL_PAUSE_MAX = 1.0
+#: an endpoint whose kept-alive connections were closed before an answer this many times gets
+#: no more kept-alive requests: a server's idle timeout meets a request now and then, but a
+#: server that reads every request on a kept-alive connection and hangs up would otherwise
+#: see each one twice at once (it is sent again on a new connection)
+_STALE_MAX = 2
+_STALE_ENDPOINTS = 10_000  # endpoints counted at most (memory)
 #: seconds without a local error after which each new connection lets the pool grow by one
 RECOVER_AFTER = 5.0
 #: seconds before the next address is tried while a connection attempt is still pending
@@ -254,6 +260,8 @@ class Fetcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._short_of_resources = False  # a local error since the last connection opened
         self._last_local_error = float("-inf")  # the loop's time of the last one
+        #: endpoints whose kept-alive connections were closed before an answer, and how often
+        self._stale: dict[_Endpoint, int] = {}
 
     @classmethod
     def for_crawl(cls, config: CrawlConfig, allowed_hosts: AbstractSet[str]) -> Fetcher:
@@ -310,8 +318,10 @@ class Fetcher:
         short_since: float | None = None  # when this request first met a local error
         while True:
             try:
-                response = await self._send(url, endpoint, sent, limit, truncate, fresh,
-                                            keep_alive)
+                # a server that reads a request on a kept-alive connection and hangs up gets
+                # no more kept-alive connections (else it would see each request twice)
+                keep = keep_alive and self._stale.get(endpoint, 0) < _STALE_MAX
+                response = await self._send(url, endpoint, sent, limit, truncate, fresh, keep)
                 if proxy is not None:
                     proxied(response, proxy, request)
                 return response
@@ -319,6 +329,8 @@ class Fetcher:
                 if not exc.stale:
                     raise
                 fresh = True  # the server closed it while idle: once more on a new connection
+                if endpoint in self._stale or len(self._stale) < _STALE_ENDPOINTS:
+                    self._stale[endpoint] = self._stale.get(endpoint, 0) + 1
             except LocalError as exc:
                 if isinstance(exc, ProxyFailure):
                     raise
