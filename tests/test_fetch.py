@@ -161,6 +161,17 @@ def test_truncate_keeps_exactly_the_first_bytes(hostile: HostileServer) -> None:
     assert resp.body.startswith(b"<p>aaa")
 
 
+def test_truncate_cuts_a_compressed_body_where_it_is_decoded(hostile: HostileServer) -> None:
+    """robots.txt is read with truncate: a plain body over its limit was cut there and obeyed,
+    but a gzipped one was inflated up to max_decompressed_size, then refused (TOO_LARGE): its
+    origin was "robots.txt unavailable", disallowed and given up after a bomb inflated 50 MiB
+    on the event loop at each try. The decoded body is cut at the limit, as a plain one is."""
+    resp = asyncio.run(fetch(hostile.url("gzip-bomb"), max_body=100_000, truncate=True))
+    assert resp.body == b"\0" * 100_000
+    small = asyncio.run(fetch(hostile.url("gzip-members"), max_body=100_000, truncate=True))
+    assert small.body == b"one two"
+
+
 def test_first_byte_and_read_idle_timeouts_are_told_apart(hostile: HostileServer) -> None:
     slow_reader = Limits(first_byte_timeout=2, read_timeout=0.3, total_timeout=3)
     with pytest.raises(FetchError) as info:

@@ -337,8 +337,9 @@ class Connection(asyncio.Protocol):
         keep_alive = headers.get("keep-alive")
         self.server_keep_alive = None if keep_alive is None else keep_alive_timeout(keep_alive)
         encoding = headers.get("content-encoding", "").strip().lower()
-        if encoding not in ("", "identity"):
-            self._decoder = Decoder(encoding, self._max_decoded)
+        if encoding not in ("", "identity"):  # with truncate, the decoded body is cut there too
+            self._decoder = (Decoder(encoding, self._limit, truncate=True) if self._truncate
+                             else Decoder(encoding, self._max_decoded))
 
     def on_body(self, data: bytes) -> None:
         if self._waiter is None:
@@ -349,8 +350,9 @@ class Connection(asyncio.Protocol):
             if not self._truncate:
                 raise FetchError(ExitCode.TOO_LARGE, f"body over {self._limit} bytes (cut off)")
             data = data[: len(data) - over]
-        self._parts.append(data if self._decoder is None else self._decoder.feed(data))
-        if over >= 0 and self._truncate:
+        decoder = self._decoder
+        self._parts.append(data if decoder is None else decoder.feed(data))
+        if self._truncate and (over >= 0 or (decoder is not None and decoder.size >= self._limit)):
             self._complete()
 
     def on_message_complete(self) -> None:
