@@ -11,6 +11,7 @@ import brotli
 
 from courtly.site import Page, html
 from tests.conftest import candidates, courtly, fetched_paths, robots, rows
+from tests.hostile_server import HostileServer, routes
 
 BACKENDS = ("sqlite", "postgres")  # the `db` tests run on both (tests/conftest.py)
 
@@ -172,6 +173,38 @@ def test_x_robots_tag_header(serve, db: Path) -> None:
     cands = candidates(db)
     assert cands[site.url("a", "/n")]["exit_code"] == "NOINDEX"
     assert site.url("a", "/f-child") not in cands
+
+
+def test_x_robots_tag_for_another_crawler_is_not_ours(db: Path) -> None:
+    """`X-Robots-Tag: otherbot: noindex, nofollow` is otherbot's, both directives (a user agent's
+    name is for the list after it): courtly obeyed its nofollow and dropped the page's links.
+    A header without a name is for every crawler, whatever header names an agent before it."""
+    def answer(links: list[str], *robots_tags: str) -> bytes:
+        body = html(f"page {links}", links).encode()
+        head = "".join(f"X-Robots-Tag: {tag}\r\n" for tag in robots_tags)
+        return (f"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n{head}Content-Length: "
+                f"{len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+    pages = {
+        "/": answer(["/other", "/two", "/ours", "/valued"]),
+        "/other": answer(["/other-child"], "otherbot: noindex, nofollow"),
+        "/two": answer(["/two-child"], "otherbot: noindex", "nofollow"),
+        "/ours": answer(["/ours-child"], "otherbot: noindex", "courtly: noindex, nofollow"),
+        "/valued": answer(["/valued-child"],
+                          "unavailable_after: 25 Jun 2010 15:00:00 PST, noindex"),
+    }
+    pages |= {f"/{name}-child": answer([]) for name in ("other", "two", "ours", "valued")}
+    with HostileServer({"a": routes(pages)}) as server:
+        run = courtly("crawl", server.url("a"), "--db", db, "--min-delay", "0")
+        assert run.status == 0, run.err
+        cands = candidates(db)
+        assert cands[server.url("a", "/other")]["exit_code"] == "OK"
+        assert server.url("a", "/other-child") in cands  # its links followed
+        assert cands[server.url("a", "/two")]["exit_code"] == "OK"
+        assert server.url("a", "/two-child") not in cands  # the second header is for all
+        assert cands[server.url("a", "/ours")]["exit_code"] == "NOINDEX"
+        assert server.url("a", "/ours-child") not in cands
+        assert cands[server.url("a", "/valued")]["exit_code"] == "NOINDEX"
 
 
 def test_bad_input_is_one_line_and_writes_nothing(db: Path, tmp_path: Path) -> None:

@@ -169,5 +169,10 @@ class ContentReader:
 def _worker_args(url: str, resp: HttpResponse) -> tuple[str, bytes, str | None, str, bytes]:
     """What the page worker analyses of a response (the exchange is compressed there too)."""
     headers = resp.headers
-    return (url, resp.body, headers.get("content-type"), headers.get("x-robots-tag", ""),
-            resp.request + resp.head)
+    x_robots_tag = headers.get("x-robots-tag", "")
+    if x_robots_tag:  # one header a line: a user agent's name is for its own header only
+        x_robots_tag = "\n".join(
+            value.decode("utf-8", "replace").strip() for name, _, value in (
+                line.partition(b":") for line in resp.head.split(b"\r\n")[1:])
+            if name.strip().lower() == b"x-robots-tag") or x_robots_tag
+    return (url, resp.body, headers.get("content-type"), x_robots_tag, resp.request + resp.head)

@@ -87,20 +87,34 @@ def utf8(body: bytes, content_type: str | None) -> bytes:
     return decode(body, content_type).encode()
 
 
+#: directives whose value follows a colon (not a user agent's name before its directives)
+_VALUED_DIRECTIVES = frozenset(
+    ("unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"))
+
+
 def robots_directives(value: str, token: str) -> tuple[bool, bool]:
-    """(noindex, nofollow) from a meta robots / X-Robots-Tag value for our product token."""
+    """(noindex, nofollow) from a meta robots / X-Robots-Tag value for our product token.
+
+    `otherbot: noindex, nofollow` is otherbot's, both directives: a user agent's name is for
+    the directives after it, up to the next name or the end of the header. Several headers
+    come one a line (a header without a name is for every crawler)."""
     noindex = nofollow = False
-    for part in value.split(","):
-        words = part.strip().lower()
-        if ":" in words:
-            agent, _, words = words.partition(":")
-            if agent.strip() not in (token, "*") or not words.strip():
+    for line in value.split("\n"):
+        ours = True  # no user agent named yet: for every crawler
+        for part in line.split(","):
+            words = part.strip().lower()
+            if ":" in words:
+                agent, _, rest = words.partition(":")
+                agent = agent.strip()
+                if agent not in _VALUED_DIRECTIVES:
+                    ours, words = agent in (token, "*"), rest
+            if not ours:
                 continue
-        for word in words.split():
-            if word in ("noindex", "none"):
-                noindex = True
-            if word in ("nofollow", "none"):
-                nofollow = True
+            for word in words.split():
+                if word in ("noindex", "none"):
+                    noindex = True
+                if word in ("nofollow", "none"):
+                    nofollow = True
     return noindex, nofollow
 
 
