@@ -174,8 +174,9 @@ class Traps(_Section):
     max_depth: int = Field(0, ge=0)
     max_pages_per_origin: int = Field(0, ge=0)
     #: crawl actions an origin may spend in one run on URLs of one shape (courtly.policy.url_shape:
-    #: digit runs and query values abstracted) found more than shape_depth_slack links deeper than
-    #: the shallowest of them: a calendar or an endless counter costs about this many
+    #: digit runs, opaque tokens and query values abstracted) found more than shape_depth_slack
+    #: links deeper than the shallowest of them: a calendar or an endless counter costs about this
+    #: many
     max_actions_per_shape: int = Field(50, ge=0)
     shape_depth_slack: int = Field(2, ge=0)
 

@@ -127,12 +127,23 @@ def _param_names(query: str) -> list[str]:
 
 
 _DIGITS = re.compile(r"[0-9]+")
+#: an opaque token in a path: 12 letters and digits or more, with both (a session id such as
+#: ASP.NET's cookieless /(S(25lyr4i1e9yzcvg348zpimms))/, a hash); a word or a number is not one
+_RUN = re.compile(r"[A-Za-z0-9]{12,}")
+
+
+def _token(match: re.Match[str]) -> str:
+    run = match.group()
+    return run if run.isdigit() or run.isalpha() else "{t}"
 
 
 def url_shape(url: str) -> str:
-    """The URL's path and query with digit runs (so dates too) and query values abstracted:
-    /cal/2026/11/?view=week → /cal/{n}/{n}/?view={v}. One shape, many URLs: a trap's signature."""
+    """The URL's path and query with opaque tokens, digit runs (so dates too) and query values
+    abstracted: /cal/2026/11/?view=week → /cal/{n}/{n}/?view={v}, /(S(25lyr4i1e9yzcvg348zpimms))/a
+    → /(S({t}))/a. One shape, many URLs: a trap's signature."""
     path, query = _split(url)
+    if _RUN.search(path):
+        path = _RUN.sub(_token, path)
     shape = _DIGITS.sub("{n}", path)
     if query:
         shape += "?" + "&".join(f"{name}={{v}}" for name in _param_names(query))
