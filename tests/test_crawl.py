@@ -207,6 +207,21 @@ def test_x_robots_tag_for_another_crawler_is_not_ours(db: Path) -> None:
         assert cands[server.url("a", "/valued")]["exit_code"] == "NOINDEX"
 
 
+def test_a_redirect_out_of_scope_says_so(serve, db: Path) -> None:
+    """A seed answering 301 to another origin (http:// to https://, a www. host) ended the
+    crawl after one action, REDIRECT with no detail: nothing told the user that the target
+    was not queued because it is not in scope."""
+    site = serve({"new": {"/": Page(html("New", []))}, "old": {}})
+    target = site.url("new")
+    site.sites["old"]["/"] = Page("", 301, {"Location": target})
+    run = courtly("crawl", site.url("old"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    [log] = rows(db, "SELECT exit_code, detail FROM crawl_log")
+    assert log["exit_code"] == "REDIRECT"
+    assert log["detail"] == f"target {target} not in scope (scope = origin): not queued"
+    assert fetched_paths(site, "new") == []
+
+
 def test_bad_input_is_one_line_and_writes_nothing(db: Path, tmp_path: Path) -> None:
     bad_seed = courtly("crawl", "not a url", "--db", db)
     assert bad_seed.status == 2

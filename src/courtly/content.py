@@ -98,6 +98,10 @@ class ContentReader:
             action.exit_code, action.detail = refused.exit_code, refused.detail
         else:
             self.links.target(action, reading.redirect_target)
+            if not self.links.policy.in_scope(reading.redirect_target):  # say so: a seed's
+                # http:// → https:// or www. redirect otherwise ends the crawl without a word
+                action.detail = (f"target {reading.redirect_target[:200]} not in scope "
+                                 f"(scope = {self.config.policies.scope}): not queued")
 
     async def _page(self, action: CrawlAction, resp: HttpResponse,
                     analysis: Awaitable[PageAnalysis]) -> None:
