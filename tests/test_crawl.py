@@ -222,6 +222,35 @@ def test_a_redirect_out_of_scope_says_so(serve, db: Path) -> None:
     assert fetched_paths(site, "new") == []
 
 
+def test_a_canonical_url_out_of_scope_keeps_the_page(serve, db: Path) -> None:
+    """A site reached over http:// whose pages name their https:// URL as canonical (or another
+    host's) was lost whole: the seed was NOT_CANONICAL, its content dropped and its links not
+    followed, and the canonical URL, another origin, was never crawled: one action, nothing
+    kept. A canonical URL out of scope now leaves the page kept as its own; one in scope (here
+    the other seed's) still replaces it."""
+    def pages(name: str, canonical_origin: str) -> dict[str, Page]:
+        def page(path: str, links: list[str]) -> Page:
+            head = f'<link rel="canonical" href="{canonical_origin}{path}">'
+            return Page(html(f"{name} {path}", links, head))
+        return {"/": page("/", ["/a"]), "/a": page("/a", [])}
+
+    site = serve({"mirror": {}, "main": {}})
+    site.sites["mirror"].update(pages("mirror", site.origins["main"]))
+    site.sites["main"].update(pages("main", "https://127.0.0.1:1"))
+    run = courtly("crawl", site.url("main"), site.url("mirror"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    cands = candidates(db)
+    for path in ("/", "/a"):
+        kept = cands[site.url("main", path)]
+        assert kept["exit_code"] == "OK", kept
+        assert kept["detail"] == (f"canonical https://127.0.0.1:1{path} not in scope "
+                                  "(scope = origin): kept")
+    assert cands[site.url("mirror")]["exit_code"] == "NOT_CANONICAL"
+    assert fetched_paths(site, "mirror") == ["/"]  # its links are not followed
+    stored = rows(db, "SELECT url FROM content")
+    assert sorted(r["url"] for r in stored) == [site.url("main"), site.url("main", "/a")]
+
+
 def test_bad_input_is_one_line_and_writes_nothing(db: Path, tmp_path: Path) -> None:
     bad_seed = courtly("crawl", "not a url", "--db", db)
     assert bad_seed.status == 2

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import zstandard
 
 from courtly.parse import parse_html, robots_directives
-from courtly.urls import Rules, normalize, normalize_links
+from courtly.urls import Rules, authority_key, normalize, normalize_links
 
 LENGTH = 4  # bytes of the little-endian length before each message
 #: the worker's first garbage-collector threshold (CPython's is 700): a page's links and their
@@ -58,7 +58,8 @@ class PageAnalysis:
 
     noindex: bool = False
     nofollow: bool = False
-    #: the normalized canonical URL when it names another page (the page is then discarded)
+    #: the normalized canonical URL when it names another page (the page is then discarded,
+    #: unless the canonical URL is another origin's and not in the crawl's scope)
     canonical: str | None = None
     title: str | None = None
     #: (normalized URL, anchor text) of the followable links, in page order, without repeats
@@ -105,7 +106,9 @@ def analyse_page(
         canonical = normalize(page.canonical, base, opts)
         if canonical and canonical != url:
             out.canonical = canonical
-            return out
+            if authority_key(canonical) == authority_key(url):
+                return out  # in the page's origin, so in scope: the page is discarded
+            # another origin's: the crawl keeps the page if that one is not in its scope
     if settings.near and not out.noindex:
         out.near_signature = _minhash()(page.text, settings.min_words)
     if settings.compress and not out.noindex:

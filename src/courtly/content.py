@@ -113,10 +113,15 @@ class ContentReader:
             action.exit_code, action.detail = ExitCode.TOO_COMPLEX, str(exc)
             return
         if page.canonical:
-            action.exit_code = ExitCode.NOT_CANONICAL
             action.canonical = page.canonical
-            self.links.target(action, page.canonical)
-            return
+            if self.links.policy.in_scope(page.canonical):
+                action.exit_code = ExitCode.NOT_CANONICAL
+                self.links.target(action, page.canonical)
+                return
+            # a canonical URL the crawl will never fetch (https:// for an http:// seed, another
+            # host): the page is kept as its own, else the site's content would be lost
+            action.detail = (f"canonical {page.canonical[:200]} not in scope "
+                             f"(scope = {self.config.policies.scope}): kept")
         action.content_hash = dedup.exact_fingerprint(resp.body)
         rules = self.config.dedup
         wanted = None if page.nofollow else self.links.wanted(action, page.links)
