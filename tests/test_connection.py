@@ -319,6 +319,24 @@ def test_a_server_that_hangs_up_on_every_kept_alive_request_sees_few_twice() -> 
     assert len(paths) == 8 + 2, paths  # before: 15, every page but the first twice
 
 
+def test_a_second_response_to_one_request_closes_the_connection() -> None:
+    """A server that sent the start of a second response after the first (in the same packet)
+    left the connection out of step: it was kept alive, and the next request on it read the
+    rest of that message instead of its own answer (PROTOCOL_ERROR 'Expected HTTP/', blamed on
+    the next URL, which lost its crawl action). Such a connection is closed, not reused."""
+    def script(conn: int, request: int, head: str) -> tuple[bytes, bool]:
+        path = head.split()[1]
+        extra = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial" if path == "/a" else b""
+        return ok(path.encode()) + extra, False
+
+    async def client(f: Fetcher, base: str) -> list[bytes]:
+        return [(await f.get(f"{base}/a")).body, (await f.get(f"{base}/b")).body]
+
+    bodies, server = run(script, client)
+    assert bodies == [b"/a", b"/b"]
+    assert [(c, h.split()[1]) for c, h in server.heads] == [(0, "/a"), (1, "/b")]
+
+
 def test_a_request_on_a_new_connection_closed_unanswered_is_not_sent_twice() -> None:
     async def client(f: Fetcher, base: str) -> FetchError:
         with pytest.raises(FetchError) as info:

@@ -303,6 +303,10 @@ class Connection(asyncio.Protocol):
                               stale=stale))
 
     # -- httptools' callbacks (a FetchError raised here ends the request) -------------------
+    def on_message_begin(self) -> None:
+        if self._waiter is None:  # a second response to one request: the connection is out of
+            self.close()  # step (its rest would be taken for the next request's answer)
+
     def on_status(self, reason: bytes) -> None:
         self._reason = reason
 
