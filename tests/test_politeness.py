@@ -8,6 +8,7 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from courtly.config import CrawlConfig
 from courtly.robots import RobotsRules
@@ -15,7 +16,15 @@ from courtly.robots_cache import INLINE_MATCH
 from courtly.scheduler import retry_after_seconds
 from courtly.site import Hit, Page, html
 from tests.conftest import candidates, courtly, courtly_process, fetched_paths, robots, rows
-from tests.hostile_server import HostileServer, page, routes, silent
+from tests.hostile_server import (
+    Conn,
+    HostileServer,
+    Request,
+    page,
+    routes,
+    serves_robots,
+    silent,
+)
 from tests.robots_files import hostile_robots
 
 SLACK = 0.005
@@ -240,6 +249,32 @@ def test_robots_unreachable_later_uses_the_stored_copy_and_says_so(
     out = courtly("check", site.url("a", "/p1"), "--db", db).out
     assert ("robots.txt: disallowed: Disallow: /p1 (group *, line 2) (stored copy; the last "
             "fetch failed: status 503)") in out
+
+
+def test_a_robots_404_whose_body_fails_still_allows_all(db: Path, tmp_path: Path) -> None:
+    """A robots.txt answered 404 whose error page then broke (a Content-Length longer than the
+    page, a body that stalls) was 'robots.txt unavailable': disallow all, five requests with
+    backoff, and the whole site given up. RFC 9309 reads the status: a 4xx allows all."""
+    short = b"HTTP/1.1 404 Not Found\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n<html>"
+
+    async def stalls(conn: Conn, req: Request) -> None:
+        await conn.send(short)
+        await conn.wait_for_client_close()
+
+    def site(robots: Any, name: str) -> Any:
+        return serves_robots(routes({"/robots.txt": robots, "/": page(html(name, ["/a"])),
+                                     "/a": page(html(f"{name} a", []))}))
+
+    cfg = config(tmp_path, "[limits]\nfirst_byte_timeout = 1\nread_timeout = 0.5\n"
+                           "total_timeout = 2\n")
+    with HostileServer({"short": site(short, "short"), "stalls": site(stalls, "stalls")}) as server:
+        run = courtly("crawl", server.url("short"), server.url("stalls"), "--db", db,
+                      "--min-delay", "0", "--config", cfg)
+        assert run.status == 0, run.err
+        for name in ("short", "stalls"):
+            assert [h.path for h in server.hits_for(name, robots=True)] == [
+                "/robots.txt", "/", "/a"], name
+    assert {r["exit_code"] for r in rows(db, "SELECT exit_code FROM crawl_log")} == {"OK"}
 
 
 def test_robots_4xx_allows_all_and_redirects_are_followed(serve, db: Path) -> None:

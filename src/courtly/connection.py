@@ -229,6 +229,8 @@ class Connection(asyncio.Protocol):
     def _fail(self, error: FetchError | LocalError) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
+            if self.head_done and isinstance(error, FetchError) and error.status is None:
+                error.status = self._parser.get_status_code()  # the head came, then the fault
             waiter.set_exception(error)
         self._finish()
         self.close()

@@ -29,13 +29,17 @@ class FetchError(Exception):
 
     stale: a kept-alive connection was closed by the server before any byte of the response
     (the request may be sent again at once on a new connection).
+    status: the response's status when its head had arrived before the fetch failed (a 404
+    whose body never came is still a 404 to robots.txt's rules).
     """
 
-    def __init__(self, exit_code: ExitCode, detail: str, stale: bool = False) -> None:
+    def __init__(self, exit_code: ExitCode, detail: str, stale: bool = False,
+                 status: int | None = None) -> None:
         super().__init__(detail)
         self.exit_code = exit_code
         self.detail = detail
         self.stale = stale
+        self.status = status
 
 
 class LocalError(Exception):

@@ -352,7 +352,8 @@ class Fetcher:
             status, hdrs, body, head = await conn.request(request, limit, truncate, loop_started)
         except FetchError as exc:
             if exc.exit_code is ExitCode.TIMEOUT:
-                raise FetchError(exc.exit_code, f"{exc.detail} {_took(started)}") from None
+                raise FetchError(exc.exit_code, f"{exc.detail} {_took(started)}",
+                                 status=exc.status) from None
             raise
         finally:
             if conn is not None:

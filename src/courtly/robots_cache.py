@@ -85,8 +85,12 @@ class RobotsChase:
         self.url = target
 
     def failed(self, exc: FetchError) -> None:
-        """No response: robots.txt is unreachable (or the origin itself may not be contacted)."""
+        """No response: robots.txt is unreachable (or the origin itself may not be contacted).
+        A 4xx whose body then failed is a 4xx: its status is what the rules read, not its body."""
         assert self.url is not None
+        if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
+            self.status, self.body, self.url = exc.status, b"", None
+            return
         self.failure, self.status = exc.detail, None
         self.own_address_blocked = (
             exc.exit_code is ExitCode.BLOCKED_ADDRESS and self.url.startswith(self.origin)
