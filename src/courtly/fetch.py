@@ -243,9 +243,7 @@ class Fetcher:
         self.limits = limits
         self.proxies = proxies  # None: every request goes direct (proxy.py)
         self._ca_bundle = ca_bundle  # None: the system's CAs (and SSL_CERT_FILE)
-        #: the hosts the address guard lets through as they resolve (the seeds', as
-        #: urls.bare_host spells them); read as the set grows (a fleet's seeds added while it
-        #: crawls: steering.py)
+        #: seeds' hosts (urls.bare_host), let through as they resolve; a fleet's set grows
         self._allowed = allowed_hosts
         self._fixed_headers = (f"User-Agent: {user_agent}\r\nAccept: */*\r\n"
                                "Accept-Encoding: gzip, deflate, br\r\n")
@@ -318,8 +316,7 @@ class Fetcher:
         short_since: float | None = None  # when this request first met a local error
         while True:
             try:
-                # a server that reads a request on a kept-alive connection and hangs up gets
-                # no more kept-alive connections (else it would see each request twice)
+                # no more kept-alive connections to a server that hangs up on them (_STALE_MAX)
                 keep = keep_alive and self._stale.get(endpoint, 0) < _STALE_MAX
                 response = await self._send(url, endpoint, sent, limit, truncate, fresh, keep)
                 if proxy is not None:
