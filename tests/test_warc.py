@@ -383,3 +383,40 @@ def test_crawl_warc_without_kept_bodies_is_one_line(serve, tmp_path: Path) -> No
                   "--warc", tmp_path / "w")
     one_line(run, 2, "crawl.toml: warc: ", "need store_content = true")
     assert site.hits == [] and not (tmp_path / "w").exists()
+
+
+def test_a_file_left_open_by_a_killed_crawl_is_cut_named_and_indexed(serve,
+                                                                       tmp_path: Path) -> None:
+    """`kill -9` leaves a crawl's last file `.open`, its last record maybe cut, and in no index:
+    pywb could not replay its pages. The next crawl with the directory cuts it after its last
+    whole record, gives it its final name and indexes it; a live writer's file is left alone."""
+    site = serve({"a": {"/": Page(html("A", ["/x"])), "/x": Page(html("X", []))},
+                  "b": {"/": Page(html("B", []))}})
+    warcs = tmp_path / "warcs"
+    run = courtly("crawl", site.url("a"), "--db", tmp_path / "a.db", "--min-delay", "0",
+                  "--warc", warcs)
+    assert run.status == 0, run.err
+    [done] = warcs.glob("*.warc.gz")
+    body = done.read_bytes()
+    done.unlink()
+    (warcs / "index.cdxj").unlink()
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()  # a writer killed: no process has its id now
+    host = socket.gethostname()
+    left = warcs / f"courtly-20261127000000000-00000-{gone.pid}~{host}.warc.gz.open"
+    left.write_bytes(body + body[: len(body) // 2])  # then a record cut by the kill
+    live = warcs / f"courtly-20261127000000000-00001-{os.getpid()}~{host}.warc.gz.open"
+    live.write_bytes(body)
+    run = courtly("crawl", site.url("b"), "--db", tmp_path / "b.db", "--min-delay", "0",
+                  "--warc", warcs)
+    assert run.status == 0, run.err
+    recovered = warcs / left.name.removesuffix(".open")
+    assert not left.exists() and recovered.exists() and live.read_bytes() == body
+    size = len(recovered.read_bytes())
+    assert len(body) <= size < len(body) + len(body) // 2  # the cut record is gone
+    warcio_check(recovered)
+    lines = (warcs / "index.cdxj").read_text().splitlines()
+    indexed = {(json.loads(line.split(" ", 2)[2])["url"],
+                json.loads(line.split(" ", 2)[2])["filename"]) for line in lines}
+    assert {(site.url("a"), recovered.name), (site.url("a", "/x"), recovered.name)} <= indexed
+    assert any(url == site.url("b") for url, _ in indexed)

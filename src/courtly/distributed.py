@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from courtly.crawler import Crawler
+from courtly.processes import pid_alive
 from courtly.scheduler import FOR_THE_RUN, OriginCrawler
 from courtly.stats import CrawlStats, StopKind
 from courtly.steering import Steering
@@ -263,7 +264,7 @@ class Worker:
         recent = self.lease_seconds / 2
         live, local = store.fleet(self.host, recent)
         check = self.settings.same_host_pid_check
-        dead = [wid for wid, pid in local if check and wid != self.id and not _pid_alive(pid)]
+        dead = [wid for wid, pid in local if check and wid != self.id and not pid_alive(pid)]
         if dead:  # a worker on this machine was killed: its leases need not wait to expire
             log.warning("workers %s on this host are gone; freeing their leases", dead)
             store.stop_workers(dead)
@@ -330,16 +331,6 @@ def _gave_up(crawler: OriginCrawler) -> bool:
     """An origin crawler that stopped although work may remain: no retry this run."""
     ending = crawler.ending
     return crawler.patience <= 0 or (ending is not None and ending.kind in FOR_THE_RUN)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def run_worker(

@@ -15,6 +15,7 @@ time alone, so the same page gives the same records during the crawl (`crawl --w
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import os
@@ -32,6 +33,7 @@ import zstandard
 from courtly import __version__
 from courtly.errors import ArchiveError, one_line
 from courtly.model import CrawlAction, StoredPage, StoredRevisit
+from courtly.processes import pid_alive
 
 if TYPE_CHECKING:
     import asyncio
@@ -214,6 +216,7 @@ class WarcFiles:
     def __init__(self, directory: str | Path, max_size: int, prefix: str = "courtly") -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        recover_leftovers(self.directory)
         self.max_size = max_size
         self.prefix = prefix
         self.files: list[Path] = []  # closed so far
@@ -256,6 +259,34 @@ class WarcFiles:
         path.with_name(path.name + ".open").replace(path)
         self.files.append(path)
         add_to_index(self.directory / INDEX, path)
+
+
+def recover_leftovers(directory: Path) -> None:
+    """The files a process of this machine left `.open` when it was killed: each cut after its
+    last whole record, given its final name and indexed (before, their pages were in no index:
+    pywb could not replay them). A live writer's file, or another machine's, is left alone."""
+    for path in sorted(directory.glob("*.warc.gz.open")):
+        pid, _, host = path.name.removesuffix(".warc.gz.open").rpartition("-")[2].partition("~")
+        if host != socket.gethostname() or not pid.isdecimal() or pid_alive(int(pid)):
+            continue
+        with open(path, "r+b") as stream:
+            stream.truncate(_whole_records(stream))
+        final = path.with_name(path.name.removesuffix(".open"))
+        path.replace(final)
+        add_to_index(directory / INDEX, final)
+
+
+def _whole_records(stream: BinaryIO) -> int:
+    """Where the last whole record of a WARC file ends (a killed writer's last may be cut)."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    end = 0
+    records = ArchiveIterator(stream)
+    with contextlib.suppress(Exception):  # a cut record, whatever warcio calls it: it ends here
+        for record in records:
+            records.read_to_end(record)
+            end = records.get_record_offset() + records.get_record_length()
+    return end
 
 
 def archive_action(files: Records, store: Store, action: CrawlAction) -> None:
