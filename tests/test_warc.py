@@ -24,6 +24,7 @@ from typing import Any
 from warcio.archiveiterator import ArchiveIterator
 
 from courtly.site import Page, html
+from courtly.warc import writer_of
 from tests.conftest import courtly, rows
 from tests.hostile_server import Conn, HostileServer, Request, routes
 from tests.test_bad_input import one_line
@@ -420,3 +421,11 @@ def test_a_file_left_open_by_a_killed_crawl_is_cut_named_and_indexed(serve,
                 json.loads(line.split(" ", 2)[2])["filename"]) for line in lines}
     assert {(site.url("a"), recovered.name), (site.url("a", "/x"), recovered.name)} <= indexed
     assert any(url == site.url("b") for url, _ in indexed)
+
+
+def test_the_writer_of_a_warc_file_is_read_from_its_name() -> None:
+    """A host name with '-' (most have one) once hid the process id: no leftover was recovered."""
+    assert writer_of("courtly-20261127000000000-00003-4321~web-01.example.warc.gz.open") == (
+        4321, "web-01.example")
+    assert writer_of("my-prefix-20261127000000000-00000-17~vm.warc.gz") == (17, "vm")
+    assert writer_of("notes.warc.gz.open")[0] is None  # not one of ours: left alone

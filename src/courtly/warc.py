@@ -266,14 +266,22 @@ def recover_leftovers(directory: Path) -> None:
     last whole record, given its final name and indexed (before, their pages were in no index:
     pywb could not replay them). A live writer's file, or another machine's, is left alone."""
     for path in sorted(directory.glob("*.warc.gz.open")):
-        pid, _, host = path.name.removesuffix(".warc.gz.open").rpartition("-")[2].partition("~")
-        if host != socket.gethostname() or not pid.isdecimal() or pid_alive(int(pid)):
+        pid, host = writer_of(path.name)
+        if host != socket.gethostname() or pid is None or pid_alive(pid):
             continue
         with open(path, "r+b") as stream:
             stream.truncate(_whole_records(stream))
         final = path.with_name(path.name.removesuffix(".open"))
         path.replace(final)
         add_to_index(directory / INDEX, final)
+
+
+def writer_of(name: str) -> tuple[int | None, str]:
+    """The process id and host a WARC file's name gives (WarcFiles' names: …-PID~HOST.warc.gz;
+    a host name may hold '-', never '~')."""
+    head, _, host = name.removesuffix(".open").removesuffix(".warc.gz").rpartition("~")
+    pid = head.rpartition("-")[2]
+    return (int(pid) if pid.isdecimal() else None), host
 
 
 def _whole_records(stream: BinaryIO) -> int:
