@@ -142,9 +142,7 @@ def url_shape(url: str) -> str:
     abstracted: /cal/2026/11/?view=week → /cal/{n}/{n}/?view={v}, /(S(25lyr4i1e9yzcvg348zpimms))/a
     → /(S({t}))/a. One shape, many URLs: a trap's signature."""
     path, query = _split(url)
-    if _RUN.search(path):
-        path = _RUN.sub(_token, path)
-    shape = _DIGITS.sub("{n}", path)
+    shape = _DIGITS.sub("{n}", _RUN.sub(_token, path))
     if query:
         shape += "?" + "&".join(f"{name}={{v}}" for name in _param_names(query))
     return shape
