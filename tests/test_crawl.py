@@ -316,3 +316,118 @@ def test_odd_status_codes_are_protocol_errors(serve, db: Path) -> None:
     site = serve({"a": {"/": Page(html("A", ["/odd"])), "/odd": Page("x", 999)}})
     assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
     assert candidates(db)[site.url("a", "/odd")]["exit_code"] == "PROTOCOL_ERROR"
+
+
+def test_a_link_header_names_the_canonical_url_of_a_file_or_a_page(serve, db: Path) -> None:
+    """`Link: <…>; rel="canonical"` was ignored: a PDF served under two URLs was kept twice,
+    and a page naming its canonical URL only in the header was kept as its own. The header now
+    counts as a page's link element does, for files too; a page whose element and header name
+    different canonical URLs follows neither and is kept, the detail naming both."""
+    def linked(path: str) -> dict[str, str]:
+        return {"Link": f'<https://cdn.example/x.js>; rel=preload, <{path}>; rel="canonical"'}
+
+    pdf = {"Content-Type": "application/pdf"}
+    site = serve({"one": {
+        "/": Page(html("Home", ["/a.pdf", "/hdr", "/both", "/self"])),
+        "/a.pdf": Page(b"%PDF-1.4 a", headers=pdf | linked("/doc.pdf")),
+        "/doc.pdf": Page(b"%PDF-1.4 doc", headers=pdf),
+        "/hdr": Page(html("Hdr", ["/hdr-only"]), headers={"Content-Type": "text/html"}
+                     | linked("/page")),
+        "/page": Page(html("Page", [])),
+        "/both": Page(html("Both", ["/both-link"], '<link rel="canonical" href="/page">'),
+                      headers={"Content-Type": "text/html"} | linked("/other")),
+        "/both-link": Page(html("Both link", [])),
+        "/self": Page(html("Self", []), headers={"Content-Type": "text/html", "Link":
+                                                 '</self>; rel="canonical nofollow"'}),
+    }})
+    run = courtly("crawl", site.url("one"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    cands = candidates(db)
+    for path, canonical in (("/a.pdf", "/doc.pdf"), ("/hdr", "/page")):
+        record = cands[site.url("one", path)]
+        assert (record["exit_code"], record["canonical"]) == (
+            "NOT_CANONICAL", site.url("one", canonical)), record
+    assert cands[site.url("one", "/doc.pdf")]["exit_code"] == "UNSUPPORTED_CONTENT"
+    assert cands[site.url("one", "/self")]["exit_code"] == "OK"
+    both = cands[site.url("one", "/both")]
+    assert both["exit_code"] == "OK"
+    assert both["detail"] == (f"canonical link element {site.url('one', '/page')} and Link "
+                              f"header {site.url('one', '/other')} disagree: kept")
+    assert set(fetched_paths(site, "one")) == {"/", "/a.pdf", "/doc.pdf", "/hdr", "/page",
+                                               "/both", "/both-link", "/self"}
+    stored = {r["url"] for r in rows(db, "SELECT url FROM content")}
+    assert site.url("one", "/both") in stored and site.url("one", "/hdr") not in stored
+
+
+def test_an_immediate_meta_refresh_is_a_redirect(serve, db: Path) -> None:
+    """A page whose `<meta http-equiv="refresh" content="0; url=/other">` sends browsers on was
+    kept as a page and its target never crawled. A refresh to another URL within 5 seconds is
+    now a redirect: recorded as one (REDIRECT, the redirects table, its delay in the detail),
+    its target queued under the scope rules of an HTTP redirect, the page's own links not
+    followed. The content attribute is read as browsers read it; a longer delay, or a refresh
+    of the page itself, leaves a page."""
+    site = serve({"one": {}, "elsewhere": {"/": Page(html("Elsewhere", []))}})
+    elsewhere = site.url("elsewhere")
+    contents = {"/plain": "0; url=/t1", "/quoted": "0;URL='/t2'", "/spaced": "0 ; url = /t3",
+                "/late": "5, /t4", "/slow": "6; url=/t5", "/reload": "0",
+                "/away": f"0; url={elsewhere}"}
+    site.sites["one"].update({
+        "/": Page(html("Home", list(contents))),
+        **{path: Page(html("Moved", [path + "-link"],
+                           f'<meta http-equiv="Refresh" content="{content}">'))
+           for path, content in contents.items()},
+        **{f"/t{i}": Page(html(f"T{i}", [])) for i in range(1, 6)},
+    })
+    run = courtly("crawl", site.url("one"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    cands = candidates(db)
+    moved = {"/plain": "/t1", "/quoted": "/t2", "/spaced": "/t3", "/late": "/t4"}
+    for path, target in moved.items():
+        record = cands[site.url("one", path)]
+        assert (record["exit_code"], record["redirect_target"]) == (
+            "REDIRECT", site.url("one", target)), record
+        assert record["detail"] == f"meta refresh after {5 if path == '/late' else 0} s"
+        assert cands[site.url("one", target)]["exit_code"] == "OK"
+    for path in ("/slow", "/reload"):
+        assert cands[site.url("one", path)]["exit_code"] == "OK"
+    away = cands[site.url("one", "/away")]
+    assert (away["exit_code"], away["redirect_target"]) == ("REDIRECT", elsewhere)
+    assert away["detail"] == f"target {elsewhere} not in scope (scope = origin): not queued"
+    assert fetched_paths(site, "elsewhere") == []
+    # the pages that are redirects have their links dropped; the others are pages
+    assert {path for path in fetched_paths(site, "one") if path.endswith("-link")} == {
+        "/slow-link", "/reload-link"}
+    assert "/t5" not in fetched_paths(site, "one")
+    redirects = {r["url"]: r["target"] for r in rows(db, "SELECT url, target FROM redirects")}
+    assert redirects == {site.url("one", p): site.url("one", t) for p, t in moved.items()} | {
+        site.url("one", "/away"): elsewhere}
+
+
+def test_a_page_is_kept_when_its_canonical_url_never_will_be(serve, db: Path) -> None:
+    """Two pages naming each other as canonical were both NOT_CANONICAL, and a page whose
+    canonical URL robots.txt disallows was dropped for a URL never fetched: the site's content
+    was lost. The second of the pair is now kept (its canonical URL was seen naming it), and so
+    is the page whose canonical URL is disallowed, with its links, the detail saying why."""
+    site = serve({"one": {
+        "/robots.txt": robots("User-agent: *\nDisallow: /blocked\n"),
+        "/": Page(html("Home", ["/a", "/c"])),
+        "/a": Page(html("A", ["/from-a"], '<link rel="canonical" href="/b">')),
+        "/b": Page(html("B", ["/from-b"], '<link rel="canonical" href="/a">')),
+        "/c": Page(html("C", ["/from-c"], '<link rel="canonical" href="/blocked">')),
+        "/from-b": Page(html("From B", [])),
+        "/from-c": Page(html("From C", [])),
+    }})
+    run = courtly("crawl", site.url("one"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    cands = candidates(db)
+    a, b, c = (cands[site.url("one", p)] for p in ("/a", "/b", "/c"))
+    assert (a["exit_code"], a["canonical"]) == ("NOT_CANONICAL", site.url("one", "/b"))
+    assert (b["exit_code"], b["canonical"]) == ("OK", site.url("one", "/a"))
+    assert b["detail"] == (f"canonical {site.url('one', '/a')} itself names canonical "
+                           f"{site.url('one', '/b')}: kept")
+    assert (c["exit_code"], c["canonical"]) == ("OK", site.url("one", "/blocked"))
+    assert c["detail"] == (f"canonical {site.url('one', '/blocked')} is BLOCKED_BY_ROBOTS_TXT "
+                           "(Disallow: /blocked (group *, line 2)): kept")
+    assert set(fetched_paths(site, "one")) == {"/", "/a", "/b", "/c", "/from-b", "/from-c"}
+    stored = {r["url"] for r in rows(db, "SELECT url FROM content")}
+    assert stored == {site.url("one", p) for p in ("/", "/b", "/c", "/from-b", "/from-c")}

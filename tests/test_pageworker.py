@@ -24,7 +24,7 @@ from courtly.analysis import (
 )
 from courtly.config import Normalize
 from courtly.pageworker import PageWorker, TooComplex
-from courtly.parse import parse_html
+from courtly.parse import link_canonical, parse_html, refresh
 from courtly.site import Page, html
 from courtly.urls import Rules
 from tests.conftest import candidates, courtly, rows
@@ -71,6 +71,27 @@ def test_analyse_page_resolves_filters_and_fingerprints() -> None:
     assert base.links == [("http://127.0.0.1:8000/elsewhere/c.html", "c.html")]
     rel = analyse_page(settings(near=False), URL, PAGES[6].encode(), None, "")
     assert rel.links == [("http://127.0.0.1:8000/k", "kept")] and rel.near_signature is None
+
+
+def test_a_refresh_and_a_link_header_are_read_as_browsers_and_rfc_8288_read_them() -> None:
+    """The WHATWG shared declarative refresh steps (a refresh's delay and URL; None: none), and
+    a Link header's first rel=canonical target; neither raises, nor takes quadratic time."""
+    refreshes = {
+        "0; url=/a": (0, "/a"), "0;URL='/a' junk": (0, "/a"), '0 ; url = "/a': (0, "/a"),
+        "3, /a": (3, "/a"), "0 /a": (0, "/a"), "1.5.9;url=/a": (1, "/a"), ".5;/a": (0, "/a"),
+        "0;urn:x": (0, "urn:x"), "0; url /a": (0, "url /a"), "0;url=": (0, ""), "5": (5, None),
+        "5; ": (5, None), "": None, "x; url=/a": None, "0x": None, "9" * 5000: (10**9, None),
+    }
+    assert {value: refresh(value) for value in refreshes} == refreshes
+    links = {
+        '</a>; rel="canonical"': "/a", "</a>; REL=Canonical": "/a",
+        '<http://x/p,q>; rel=preload, </a>; rel="alternate canonical"': "/a",
+        '</t>; title="x, </b>; rel=canonical"; rel=canonical': "/t",
+        "</a>; rel=next; rel=canonical": None, "</a>; rel=canonicals": None, "garbage": None,
+        "<" * 200_000 + ">; rel=canonical": "",
+    }
+    assert {value[:80]: link_canonical(value) for value in links} == {
+        value[:80]: target for value, target in links.items()}
 
 
 def test_an_exchange_is_one_zstd_frame_compressed_only_when_large() -> None:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import zstandard
 
-from courtly.parse import parse_html, robots_directives
-from courtly.urls import Rules, authority_key, normalize, normalize_links
+from courtly.parse import link_canonical, parse_html, robots_directives
+from courtly.urls import NormalizeRules, Rules, authority_key, normalize, normalize_links
 
 LENGTH = 4  # bytes of the little-endian length before each message
 #: the worker's first garbage-collector threshold (CPython's is 700): a page's links and their
@@ -38,6 +38,12 @@ _ZSTD = zstandard.ZstdCompressor(level=1)
 STORED_EXCHANGE = 1024
 #: a zstd frame's magic number and header descriptor: one segment, its size in 4 bytes (RFC 8878)
 _STORED_FRAME = b"\x28\xb5\x2f\xfd\xa0"
+#: a `<meta http-equiv="refresh">` to another URL within this many seconds is a redirect (a
+#: page that says "you are being redirected" for a few seconds first is one too); a longer one
+#: is a page of its own, as is a refresh of the page itself
+MAX_REFRESH_DELAY = 5
+
+
 @dataclass(frozen=True, slots=True)
 class PageSettings:
     """What analyse_page needs from the configuration (sent to the worker once)."""
@@ -61,6 +67,14 @@ class PageAnalysis:
     #: the normalized canonical URL when it names another page (the page is then discarded,
     #: unless the canonical URL is another origin's and not in the crawl's scope)
     canonical: str | None = None
+    #: the link element's and the Link header's canonical URLs when they name different ones:
+    #: neither is followed, the page is kept as its own
+    canonicals: tuple[str, str] | None = None
+    #: a meta refresh to another URL within MAX_REFRESH_DELAY: its normalized URL and delay
+    #: (the page is a redirect: nothing else is read)
+    refresh: tuple[str, int] | None = None
+    #: read no further than its canonical URL, of its own origin (analyse_page's `own`)
+    partial: bool = False
     title: str | None = None
     #: (normalized URL, anchor text) of the followable links, in page order, without repeats
     #: or the page itself; empty when the page is nofollow
@@ -88,12 +102,21 @@ def compress_exchange(exchange: bytes) -> bytes:
             + exchange)
 
 
+def header_canonical(url: str, link: str, opts: NormalizeRules) -> str | None:
+    """The canonical URL a response's Link header names (`link`: its value), normalized and
+    resolved against the response's URL (a page's `<base href>` is not the header's)."""
+    target = link_canonical(link) if "canonical" in link.lower() else None
+    return None if target is None else normalize(target, url, opts)
+
+
 def analyse_page(
     settings: PageSettings, url: str, body: bytes, content_type: str | None, x_robots_tag: str,
-    exchange: bytes = b"",
+    exchange: bytes = b"", link: str = "", own: bool = False,
 ) -> PageAnalysis:
-    """Parse one HTML page: directives, canonical, normalized links, near-duplicate signature;
-    compress the body and the exchange for storage."""
+    """Parse one HTML page: meta refresh, directives, canonical (the link element's, or the Link
+    header's: `link`), normalized links, near-duplicate signature; compress the body and the
+    exchange for storage. own: the page is kept as its own whatever its canonical URL (read
+    whole, as a page whose canonical URL is another origin's is)."""
     page = parse_html(
         body, content_type, settings.token, settings.max_links, want_text=settings.near,
         max_bytes=settings.max_parse_size, want_anchors=settings.anchors,
@@ -102,13 +125,24 @@ def analyse_page(
     out = PageAnalysis(noindex | page.noindex, nofollow | page.nofollow, title=page.title)
     opts = settings.normalize
     base = (normalize(page.base, url, opts) if page.base else None) or url
-    if page.canonical:
-        canonical = normalize(page.canonical, base, opts)
-        if canonical and canonical != url:
-            out.canonical = canonical
-            if authority_key(canonical) == authority_key(url):
-                return out  # in the page's origin, so in scope: the page is discarded
-            # another origin's: the crawl keeps the page if that one is not in its scope
+    if page.refresh is not None:
+        delay, target = page.refresh
+        to = normalize(target, base, opts) if target is not None else None
+        if to is not None and to != url and delay <= MAX_REFRESH_DELAY:
+            out.refresh = to, delay
+            return out
+    element = normalize(page.canonical, base, opts) if page.canonical else None
+    header = header_canonical(url, link, opts)
+    if element and header and element != header:
+        out.canonicals = element, header
+    elif (canonical := element or header) and canonical != url:
+        out.canonical = canonical
+        if not own and authority_key(canonical) == authority_key(url):
+            # in the page's origin, so in scope: the page is discarded, unless the crawl would
+            # never keep its canonical URL (content.py: then it asks again, `own`)
+            out.partial = True
+            return out
+        # another origin's: the crawl keeps the page if that one is not in its scope
     if settings.near and not out.noindex:
         out.near_signature = _minhash()(page.text, settings.min_words)
     if settings.compress and not out.noindex:
@@ -144,8 +178,8 @@ def _minhash() -> Callable[[str, int], bytes | None]:
 
 def astuple(page: PageAnalysis) -> tuple[object, ...]:
     """The fields in order: a tuple pickles in a third of a slotted dataclass's time."""
-    return (page.noindex, page.nofollow, page.canonical, page.title, page.links,
-            page.near_signature, page.content, page.exchange)
+    return (page.noindex, page.nofollow, page.canonical, page.canonicals, page.refresh,
+            page.partial, page.title, page.links, page.near_signature, page.content, page.exchange)
 
 
 # -- the worker process ------------------------------------------------------------------------

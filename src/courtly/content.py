@@ -1,28 +1,35 @@
 """What a response's body yields once outcome.read said what it is: a redirect's target, a file's
-fingerprint, a sitemap's URLs, or an HTML page (directives, canonical, duplicates, content, links).
+fingerprint, a sitemap's URLs, or an HTML page (meta refresh, directives, canonical, duplicates,
+content, links); a file's or a page's canonical URL (a Link header's, a page's link element).
 
 The page's CPU work runs in the page worker (analysis.py); the duplicate look-ups are the
 store's; the links go through links.py. The exit code may change here (NOT_CANONICAL, NOINDEX,
-DUPLICATE_CONTENT, TOO_MANY_REDIRECTS, OK for a sitemap).
+DUPLICATE_CONTENT, TOO_MANY_REDIRECTS, REDIRECT for a meta refresh, OK for a sitemap).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 
-from courtly import dedup, sitemaps
-from courtly.analysis import PageAnalysis, PageSettings, compress_exchange
+from courtly import dedup, outcome, sitemaps
+from courtly.analysis import PageAnalysis, PageSettings, compress_exchange, header_canonical
 from courtly.config import CrawlConfig
 from courtly.fetch import FetchError, HttpResponse
 from courtly.links import Links, request_of
 from courtly.model import CrawlAction, ExitCode
 from courtly.outcome import Next, Reading, is_page, too_many_redirects
 from courtly.pageworker import PageWorker, SentPage, TooComplex
-from courtly.robots import product_token
+from courtly.robots import RobotsRules, product_token
+from courtly.robots_cache import matching
 from courtly.store.database import Database
 from courtly.strategy import CrawlingStrategy
 from courtly.strategy import Response as StrategyResponse
-from courtly.urls import Rules
+from courtly.urls import Rules, origin_of
+
+#: a canonical URL's last exit codes that keep the page naming it as its own: the crawl will
+#: never keep that URL (it names another canonical URL itself, or is never fetched)
+_NEVER_KEPT = frozenset({ExitCode.NOT_CANONICAL, ExitCode.BLOCKED_BY_ROBOTS_TXT,
+                         ExitCode.BLOCKED_URL_BY_LOCAL_POLICY})
 
 
 class ContentReader:
@@ -56,13 +63,15 @@ class ContentReader:
             return None
         return self.pages.send(*_worker_args(url, resp))
 
-    def _analyse(self, url: str, resp: HttpResponse) -> Awaitable[PageAnalysis]:
-        return self.pages.analyse(*_worker_args(url, resp))
+    def _analyse(self, url: str, resp: HttpResponse, own: bool = False
+                 ) -> Awaitable[PageAnalysis]:
+        return self.pages.analyse(*_worker_args(url, resp), own)
 
     async def read(self, action: CrawlAction, reading: Reading, resp: HttpResponse,
-                   sent: SentPage | None = None) -> None:
+                   sent: SentPage | None = None, robots: RobotsRules | None = None) -> None:
         """The response's metadata into the action, then what `reading.next` says (a page's
-        analysis, when sent by `analysis`)."""
+        analysis, when sent by `analysis`). robots: the origin's rules, which may refuse the
+        canonical URL the response names."""
         headers = resp.headers
         action.http_status = resp.status
         action.content_type = headers.get("content-type")
@@ -74,13 +83,17 @@ class ContentReader:
         if step is Next.PAGE:
             analysis = (self.pages.result(sent) if sent is not None
                         else self._analyse(action.candidate.url, resp))
-            await self._page(action, resp, analysis)
+            await self._page(action, resp, analysis, robots)
         elif step is Next.REDIRECT:
-            await self._redirect(action, reading)
-        elif step is not Next.NOTHING:  # a file, maybe a sitemap
-            action.content_hash = dedup.exact_fingerprint(resp.body)
-            if step is Next.SITEMAP:
-                self._sitemap(action, resp)
+            assert reading.redirect_target is not None
+            await self._redirect(action, reading.redirect_target)
+        elif step is not Next.NOTHING:  # a file, maybe a sitemap; maybe not its canonical URL
+            canonical = header_canonical(action.candidate.url, headers.get("link", ""),
+                                         self.pages.settings.normalize)
+            if not await self._moved(action, canonical, robots):
+                action.content_hash = dedup.exact_fingerprint(resp.body)
+                if step is Next.SITEMAP:
+                    self._sitemap(action, resp)
         if action.exit_code is ExitCode.NOT_MODIFIED:
             action.revisit_of = action.candidate.url
         kept = action.content or action.revisit_of
@@ -88,40 +101,82 @@ class ContentReader:
             # for WARC records (warc.py); a page's came compressed from the page worker
             action.exchange = compress_exchange(resp.request + resp.head)
 
-    async def _redirect(self, action: CrawlAction, reading: Reading) -> None:
+    async def _redirect(self, action: CrawlAction, target: str) -> None:
         """The target becomes a link, unless the chain of redirects is already too long."""
         most = self.config.limits.max_redirect_chain
-        assert reading.redirect_target is not None
+        action.redirect_target = target
         if await self.db.redirect_chain(action.candidate.url, most) >= most:
             # the hop is recorded, its target is not queued: an endless chain stops here
             refused = too_many_redirects(most)
             action.exit_code, action.detail = refused.exit_code, refused.detail
         else:
-            self.links.target(action, reading.redirect_target)
-            if not self.links.policy.in_scope(reading.redirect_target):  # say so: a seed's
-                # http:// → https:// or www. redirect otherwise ends the crawl without a word
-                action.detail = (f"target {reading.redirect_target[:200]} not in scope "
+            self.links.target(action, target)
+            if not self.links.policy.in_scope(target):  # say so: a seed's http:// → https://
+                # or www. redirect otherwise ends the crawl without a word
+                action.detail = (f"target {target[:200]} not in scope "
                                  f"(scope = {self.config.policies.scope}): not queued")
 
+    async def _moved(self, action: CrawlAction, canonical: str | None,
+                     robots: RobotsRules | None) -> bool:
+        """Whether the response is discarded for the canonical URL it names (NOT_CANONICAL, the
+        URL queued); not when the crawl would never keep that URL (`_never_kept`): the detail
+        then says why the response is kept as its own."""
+        if canonical is None or canonical == action.candidate.url:
+            return False
+        action.canonical = canonical
+        why = await self._never_kept(action, canonical, robots)
+        if why is None:
+            action.exit_code = ExitCode.NOT_CANONICAL
+            self.links.target(action, canonical)
+            return True
+        action.detail = f"canonical {canonical[:200]} {why}: kept"
+        return False
+
+    async def _never_kept(self, action: CrawlAction, canonical: str,
+                          robots: RobotsRules | None) -> str | None:
+        """Why the crawl would never keep the canonical URL, if it would not: out of scope
+        (https:// for an http:// seed, another host), refused by the policies or the origin's
+        robots.txt, or last recorded as naming another canonical URL itself (two pages naming
+        each other: the second is kept) or refused. Else the site's content would be lost."""
+        policy = self.links.policy
+        if not policy.in_scope(canonical):
+            return f"not in scope (scope = {self.config.policies.scope})"
+        if robots is not None and origin_of(canonical) == action.origin:
+            robots = await matching(robots, canonical)
+        else:
+            robots = None  # another origin's: its robots.txt is judged when it is crawled
+        refused = outcome.refusal(canonical, action.candidate.depth, policy, robots)
+        if refused is not None:
+            return f"is {refused.exit_code} ({refused.rule})"
+        known = await self.db.candidate(canonical)
+        if known is None or known["exit_code"] not in _NEVER_KEPT:
+            return None
+        if known["exit_code"] == ExitCode.NOT_CANONICAL:
+            return f"itself names canonical {str(known['canonical'])[:200]}"
+        return f"was {known['exit_code']}"
+
     async def _page(self, action: CrawlAction, resp: HttpResponse,
-                    analysis: Awaitable[PageAnalysis]) -> None:
-        """An HTML page: directives, canonical, duplicates, content and links."""
+                    analysis: Awaitable[PageAnalysis], robots: RobotsRules | None) -> None:
+        """An HTML page: meta refresh, directives, canonical, duplicates, content and links."""
         url = action.candidate.url
         try:
             page = await analysis
+            if page.refresh is not None:  # a redirect, as a browser follows it
+                action.exit_code, action.detail = ExitCode.REDIRECT, (
+                    f"meta refresh after {page.refresh[1]} s")
+                await self._redirect(action, page.refresh[0])
+                return
+            if page.canonicals is not None:  # two canonical URLs: neither is followed
+                element, header = (u[:200] for u in page.canonicals)
+                action.detail = (f"canonical link element {element} and Link header {header} "
+                                 "disagree: kept")
+            elif await self._moved(action, page.canonical, robots):
+                return
+            elif page.partial:  # kept as its own after all: read whole
+                page = await self._analyse(url, resp, own=True)
         except TooComplex as exc:
             action.exit_code, action.detail = ExitCode.TOO_COMPLEX, str(exc)
             return
-        if page.canonical:
-            action.canonical = page.canonical
-            if self.links.policy.in_scope(page.canonical):
-                action.exit_code = ExitCode.NOT_CANONICAL
-                self.links.target(action, page.canonical)
-                return
-            # a canonical URL the crawl will never fetch (https:// for an http:// seed, another
-            # host): the page is kept as its own, else the site's content would be lost
-            action.detail = (f"canonical {page.canonical[:200]} not in scope "
-                             f"(scope = {self.config.policies.scope}): kept")
         action.content_hash = dedup.exact_fingerprint(resp.body)
         rules = self.config.dedup
         wanted = None if page.nofollow else self.links.wanted(action, page.links)
@@ -175,7 +230,8 @@ class ContentReader:
         self.links.sitemap(action, parsed.locs, parsed.is_index)
 
 
-def _worker_args(url: str, resp: HttpResponse) -> tuple[str, bytes, str | None, str, bytes]:
+def _worker_args(url: str, resp: HttpResponse
+                 ) -> tuple[str, bytes, str | None, str, bytes, str]:
     """What the page worker analyses of a response (the exchange is compressed there too)."""
     headers = resp.headers
     x_robots_tag = headers.get("x-robots-tag", "")
@@ -184,4 +240,5 @@ def _worker_args(url: str, resp: HttpResponse) -> tuple[str, bytes, str | None, 
             value.decode("utf-8", "replace").strip() for name, _, value in (
                 line.partition(b":") for line in resp.head.split(b"\r\n")[1:])
             if name.strip().lower() == b"x-robots-tag") or x_robots_tag
-    return (url, resp.body, headers.get("content-type"), x_robots_tag, resp.request + resp.head)
+    return (url, resp.body, headers.get("content-type"), x_robots_tag, resp.request + resp.head,
+            headers.get("link", ""))

@@ -296,7 +296,7 @@ class Crawler:
         """The body read (content.py; the page worker parses a page), the action recorded."""
         if reading is not None and not isinstance(result, FetchError):
             try:
-                await self.content.read(action, reading, result, page)
+                await self.content.read(action, reading, result, page, crawler.robots)
             except StoreError:
                 raise  # the database failed: the crawl stops (_stop_for)
             except Exception as exc:  # a bug must not stop the origin: the URL gets an exit code

@@ -184,13 +184,14 @@ class _WorkerChannel(asyncio.Protocol):
 
 
 #: what the worker is sent: analyse_page's arguments after its settings
-_Request = tuple[str, bytes, str | None, str, bytes]
+_Request = tuple[str, bytes, str | None, str, bytes, str, bool]
 
 
 def _request(settings: PageSettings, url: str, body: bytes, content_type: str | None,
-             x_robots_tag: str, exchange: bytes) -> _Request:
+             x_robots_tag: str, exchange: bytes, link: str, own: bool) -> _Request:
     """A page as the worker is sent it (parse_html reads no further than max_parse_size)."""
-    return (url, body[: settings.max_parse_size + 1], content_type, x_robots_tag, exchange)
+    return (url, body[: settings.max_parse_size + 1], content_type, x_robots_tag, exchange, link,
+            own)
 
 
 @dataclass(slots=True)
@@ -220,12 +221,12 @@ class PageWorker:
 
     async def analyse(
         self, url: str, body: bytes, content_type: str | None, x_robots_tag: str,
-        exchange: bytes = b"",
+        exchange: bytes = b"", link: str = "", own: bool = False,
     ) -> PageAnalysis:
-        """The analysis of one page; a dead worker is replaced, its pages analysed inline
-        (TooComplex: the worker spent too long on this one)."""
-        return await self._asked(
-            _request(self.settings, url, body, content_type, x_robots_tag, exchange))
+        """The analysis of one page (analyse_page's arguments); a dead worker is replaced, its
+        pages analysed inline (TooComplex: the worker spent too long on this one)."""
+        return await self._asked(_request(self.settings, url, body, content_type, x_robots_tag,
+                                          exchange, link, own))
 
     async def _asked(self, request: _Request) -> PageAnalysis:
         while True:
@@ -240,13 +241,14 @@ class PageWorker:
             return self._answer(request, data)
 
     def send(self, url: str, body: bytes, content_type: str | None, x_robots_tag: str,
-             exchange: bytes = b"") -> SentPage | None:
+             exchange: bytes = b"", link: str = "", own: bool = False) -> SentPage | None:
         """A page sent to the running worker now, its analysis read later by `result` (no task
         between: one a page cost 15,000 instructions); None: no worker runs yet (`analyse`)."""
         conn = self._conn
         if conn is None or conn.closed:
             return None
-        request = _request(self.settings, url, body, content_type, x_robots_tag, exchange)
+        request = _request(self.settings, url, body, content_type, x_robots_tag, exchange, link,
+                           own)
         answer = conn.send(request)
         assert answer is not None
         return SentPage(conn, request, answer)

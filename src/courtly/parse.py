@@ -37,6 +37,8 @@ class ParsedPage:
     base: str | None = None
     links: list[PageLink] = field(default_factory=list)
     canonical: str | None = None
+    #: the first `<meta http-equiv="refresh">` that parses: its delay and URL (`refresh`)
+    refresh: tuple[int, str | None] | None = None
     noindex: bool = False
     nofollow: bool = False
     title: str | None = None
@@ -118,6 +120,74 @@ def robots_directives(value: str, token: str) -> tuple[bool, bool]:
     return noindex, nofollow
 
 
+_DIGITS = "0123456789"
+_WHITESPACE = " \t\n\f\r"  # ASCII whitespace (WHATWG Infra)
+
+
+def _skip_whitespace(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _WHITESPACE:
+        at += 1
+    return at
+
+
+def refresh(value: str) -> tuple[int, str | None] | None:
+    """A refresh's delay in seconds and URL as browsers read a `<meta http-equiv="refresh">`
+    content (WHATWG "shared declarative refresh steps": `0;URL='x'`, `0 ; url = x`, `0, x`,
+    `1.5; url=x` are all refreshes to x). None: not a refresh; a URL of None: the page reloads
+    itself. Its URL is not resolved yet."""
+    at = _skip_whitespace(value, 0)
+    start = at
+    while at < len(value) and value[at] in _DIGITS:
+        at += 1
+    digits = value[start:at].lstrip("0")
+    if at == start and value[at:at + 1] != ".":
+        return None
+    delay = int(digits or "0") if len(digits) <= 9 else 10**9  # int() refuses 4,300 digits
+    while at < len(value) and value[at] in _DIGITS + ".":  # a fraction is ignored
+        at += 1
+    if at < len(value):
+        if value[at] not in ";," + _WHITESPACE:
+            return None
+        at = _skip_whitespace(value, at)
+        if value[at:at + 1] in (";", ","):
+            at = _skip_whitespace(value, at + 1)
+    if at == len(value):
+        return delay, None
+    url = value[at:]
+    if url[0] in "Uu":  # "url", whitespace, "=", whitespace; else the URL is all that follows
+        if url[1:3].lower() != "rl":
+            return delay, url
+        equals = _skip_whitespace(url, 3)
+        if url[equals:equals + 1] != "=":
+            return delay, url
+        url = url[_skip_whitespace(url, equals + 1):]
+    if url[:1] in ("'", '"'):  # a quoted URL ends at its closing quote, if any
+        url = url[1:].split(url[0], 1)[0]
+    return delay, url
+
+
+#: one link of a Link header (RFC 8288): <target> and its parameters (quoted strings whole)
+_LINK_VALUE = re.compile(
+    r'<([^<>]*)>((?:\s*;\s*[^\s;,="]+\s*(?:=\s*(?:"(?:[^"\\]|\\.)*"|[^\s;,"]*))?)*)')
+_LINK_PARAM = re.compile(r';\s*([^\s;,="]+)\s*(?:=\s*("(?:[^"\\]|\\.)*"|[^\s;,"]*))?')
+
+
+def link_canonical(value: str) -> str | None:
+    """The target of the first link with relation type "canonical" in a Link header's value
+    (several headers joined with ", "), not resolved yet; None if there is none. A link's
+    first rel parameter counts (RFC 8288, 3.3)."""
+    for link in _LINK_VALUE.finditer(value):
+        for param in _LINK_PARAM.finditer(link.group(2)):
+            if param.group(1).lower() == "rel":
+                rel = param.group(2) or ""
+                if rel.startswith('"'):
+                    rel = re.sub(r"\\(.)", r"\1", rel[1:-1])
+                if "canonical" in rel.lower().split():
+                    return link.group(1).strip()
+                break
+    return None
+
+
 @functools.cache
 def _default_max_bytes() -> int:
     """`[limits] max_parse_size`'s default, read on first use: the page worker, which is always
@@ -186,10 +256,15 @@ def parse_html(
             links.append((attrs.get("href") or "", text, nofollow))
         elif tag == "meta":
             attrs = node.attributes
-            if "content" in attrs and (attrs.get("name") or "").strip().lower() in robot_names:
+            if "content" not in attrs:
+                continue
+            if (attrs.get("name") or "").strip().lower() in robot_names:
                 noindex, nofollow = robots_directives(attrs.get("content") or "", token)
                 page.noindex |= noindex
                 page.nofollow |= nofollow
+            elif page.refresh is None and \
+                    (attrs.get("http-equiv") or "").strip().lower() == "refresh":
+                page.refresh = refresh(attrs.get("content") or "")
         elif tag == "title" and page.title is None:
             page.title = node.text(strip=True)[:1000]
         elif tag == "main":

@@ -55,6 +55,13 @@ INLINE_MATCH = 1e-3
 Get = Callable[[str], Awaitable[HttpResponse]]
 
 
+async def matching(rules: RobotsRules, url: str) -> RobotsRules:
+    """The rules to judge url by: these, or when matching them could take more than
+    INLINE_MATCH, their verdict found in a thread, as rules that answer every URL alike."""
+    return rules if rules.match_cost(url) <= INLINE_MATCH else await asyncio.to_thread(
+        rules.decided, url)
+
+
 @dataclass(slots=True)
 class RobotsChase:
     """One robots.txt fetch followed redirect by redirect (RFC 9309: at least five hops).

@@ -108,6 +108,10 @@ class Database:
         """Store.redirect_chain."""
         return await self.call(self.store.redirect_chain, url, limit)
 
+    async def candidate(self, url: str) -> dict[str, Any] | None:
+        """Store.candidate."""
+        return await self.call(self.store.candidate, url)
+
     # -- writes --------------------------------------------------------------------------
     async def record(self, action: CrawlAction, run: int) -> None:
         """Store.record; on PostgreSQL queued under the lease of the action's origin, not

@@ -64,7 +64,8 @@ class DatabaseThread:
         self.on_refused = on_refused  # writes the database refused (a lease was lost): thread
         self.on_failure = on_failure  # the database is gone for good: called in the thread
         self.failed: StoreError | None = None
-        self._reads = (store.take_todo, store.load_origin, store.redirect_chain)
+        self._reads = (store.take_todo, store.load_origin, store.redirect_chain,
+                       store.candidate)
         self._jobs: deque[_Call | Write] = deque()
         self._ready = threading.Condition()
         self._closing = False
