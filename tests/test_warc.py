@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
@@ -21,10 +22,11 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from courtly.site import Page, html
-from courtly.warc import writer_of
+from courtly.warc import warc_date, writer_of
 from tests.conftest import courtly, rows
 from tests.hostile_server import Conn, HostileServer, Request, routes
 from tests.test_bad_input import one_line
@@ -345,12 +347,16 @@ def test_crawl_warc_writes_the_records_the_export_writes(serve, db: Path,
     exported = tmp_path / "exported"
     assert courtly("export", "--db", db, "--format", "warc", "--warc", exported).status == 0
     during, after = written(live), written(exported)
-    assert during == after and len(during) == 2 * (2 + 4)  # 2 pages, 4 revisits, their requests
+    assert len(after) == 2 * (2 + 4)  # 2 pages, 4 revisits, their requests
+    # the crawl's records and robots.txt's (the database keeps no exchange of it: not exported)
+    assert {k: v for k, v in during.items() if k in after} == after
+    assert {r[1].rpartition("/")[2] for k, r in during.items() if k not in after} == {
+        "robots.txt"} and len(during) == len(after) + 2
     files = sorted(live.glob("*.warc.gz"))
     assert len(files) == 2  # one a crawl
     warcio_check(*files)
     lines = (live / "index.cdxj").read_text().splitlines()
-    assert lines == sorted(lines) and len(lines) == 2 + 4
+    assert lines == sorted(lines) and len(lines) == 2 + 4 + 1
     assert {json.loads(line.split(" ", 2)[2])["filename"] for line in lines} == {
         f.name for f in files}
 
@@ -429,3 +435,52 @@ def test_the_writer_of_a_warc_file_is_read_from_its_name() -> None:
         4321, "web-01.example")
     assert writer_of("my-prefix-20261127000000000-00000-17~vm.warc.gz") == (17, "vm")
     assert writer_of("notes.warc.gz.open")[0] is None  # not one of ours: left alone
+
+
+def test_crawl_warc_holds_every_response_and_pywb_follows_a_redirect(serve,
+                                                                      tmp_path: Path) -> None:
+    """`crawl --warc` archived the 200 pages alone: a redirect, a 404 or 410 page, a 500, a
+    file and robots.txt were in no record, so a replayed link to a moved page led nowhere.
+    Now each response is a response record with its request, as Heritrix writes them."""
+    missing, new = html("Not here", [], body="sorry, nothing"), html("New", [], body="moved")
+    site = serve({"one": {
+        "/": Page(html("Home", ["/old", "/missing", "/gone", "/broken", "/data.txt"])),
+        "/old": Page("moved", 301, {"Location": "/new", "Content-Type": "text/plain"}),
+        "/new": Page(new),
+        "/missing": Page(missing, 404), "/gone": Page("gone", 410, {"Content-Type": "text/plain"}),
+        "/broken": Page("oops", 500, {"Content-Type": "text/plain"}),
+        "/data.txt": Page("plain", headers={"Content-Type": "text/plain"})}})
+    db, warcs = tmp_path / "crawl.db", tmp_path / "warcs"
+    run = courtly("crawl", site.url("one"), "--db", db, "--min-delay", "0", "--warc", warcs)
+    assert run.status == 0, run.err
+    files = sorted(warcs.glob("*.warc.gz"))
+    warcio_check(*files)
+    found = [r for f in files for r in records(f.read_bytes())]
+    responses = {r["uri"]: r for r in found if r["type"] == "response"}
+    statuses = {url.removeprefix(site.origins["one"]): int(r["http"].get_statuscode())
+                for url, r in responses.items()}
+    assert statuses == {"/": 200, "/new": 200, "/old": 301, "/missing": 404, "/gone": 410,
+                        "/broken": 500, "/data.txt": 200, "/robots.txt": 404}
+    page = responses[site.url("one", "/missing")]
+    assert page["body"] == missing.encode() and "WARC-Payload-Digest" in page["warc"]
+    fetched = rows(db, "SELECT started FROM crawl_log WHERE url = ? AND http_status = 404",
+                   site.url("one", "/missing"))[0]["started"]
+    assert page["warc"]["WARC-Date"] == warc_date(fetched)
+    requests = {r["warc"]["WARC-Concurrent-To"]: r for r in found if r["type"] == "request"}
+    for url, response in responses.items():  # each with the request that asked for it
+        request = requests[response["warc"]["WARC-Record-ID"]]
+        assert request["uri"] == url and request["date"] == response["date"]
+        assert request["http"].protocol == "GET"
+    lines = (warcs / "index.cdxj").read_text().splitlines()
+    assert len(lines) == len(responses) and lines == sorted(lines)
+    old = site.url("one", "/old")
+    when = time.strftime("%Y%m%d%H%M%S", time.gmtime(
+        rows(db, "SELECT started FROM crawl_log WHERE url = ?", old)[0]["started"]))
+    with pywb(tmp_path / "pywb", files) as replay:
+        # the old URL replayed (its links rewritten: mp_) is redirected to the new one's capture
+        with urllib.request.urlopen(f"{replay}/crawl/{when}mp_/{old}", timeout=30) as answer:
+            landed, replayed = answer.geturl(), answer.read()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            get(f"{replay}/crawl/{when}id_/{site.url('one', '/missing')}")
+        assert refused.value.code == 404 and refused.value.read() == missing.encode()
+    assert landed.endswith("mp_/" + site.url("one", "/new")) and b"moved" in replayed

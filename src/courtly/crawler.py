@@ -143,8 +143,7 @@ class Crawler:
 
     # -- one turn of one origin ----------------------------------------------------------
     async def _turn(self, crawler: OriginCrawler) -> float | None:
-        """Do one thing for this origin; when it may go again, or None when finished (an origin
-        that ended early first gives up the URLs it has left, a todo list a turn)."""
+        """One thing for this origin; when it may go again, or None (ended early: URLs given up)."""
         at = await self._step(crawler)
         if at is None and crawler.ending and not self.turns.stopping:
             return await self._give_up(crawler)
@@ -198,7 +197,10 @@ class Crawler:
         """One request of robots.txt or of one of its redirects, as a request of its origin."""
         self.stats.requests += 1
         async with self.gate.request(origin_of(url)):
-            return await self.fetcher.get(url, max_body=self.config.robots.max_size, truncate=True)
+            resp = await self.fetcher.get(url, max_body=self.config.robots.max_size, truncate=True)
+        if self.warc is not None:  # archived, as Heritrix does (docs/warc.md)
+            self.warc.fetched(self.db, resp, self.config.robots.max_size)
+        return resp
 
     async def _next_candidate(self, crawler: OriginCrawler) -> Candidate | None:
         """The next URL to fetch: refill the todo list, log the ones policy or robots refuse."""
@@ -232,12 +234,10 @@ class Crawler:
 
     # -- one crawl action ----------------------------------------------------------------
     async def _crawl(self, crawler: OriginCrawler, candidate: Candidate) -> bool:
-        """Fetch one URL (conditionally when its validators are known), read the answer's
-        outcome, then its body and record it all: beside the origin's next request when there
-        is a body to read. False: in a fleet, the origin's lease was lost at its gate."""
+        """Fetch one URL (conditionally if validators are known), read the answer's outcome,
+        its body, record it all (beside the origin's next request). False: a fleet's lease lost."""
         if self.steering.fleet is not None:
-            # the last page committed before the next request leaves: a worker frozen or
-            # killed costs its request in flight alone (docs/distributed.md)
+            # committed before the next request leaves: a frozen worker costs one (distributed.md)
             await self.turns.settled(crawler)
             await self.db.written(crawler.origin)
         action = CrawlAction(candidate, crawler.origin, ExitCode.OK, clock.now())

@@ -131,6 +131,10 @@ class CrawlAction:
     #: the request head as sent and the response head as received, in one zstd frame
     #: (analysis.compress_exchange), kept with the content or with a revisit
     exchange: bytes | None = None
+    #: with WARC files (`crawl --warc`), a response whose body the database does not keep (a
+    #: redirect, an error page, a file): its request and response heads, and its body, as
+    #: received; written to the WARC files after the action, never to the database
+    received: tuple[bytes, bytes] | None = None
     #: the URL whose kept page this response revisits: its own (304) or an exact duplicate's
     revisit_of: str | None = None
     redirect_target: str | None = None

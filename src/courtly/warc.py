@@ -7,7 +7,9 @@ Nutch and Common Crawl write them); WARC-Concurrent-To links the two. A 304, an 
 an unchanged body is a `revisit` record of the kept page. A page kept before courtly kept
 exchanges (schema 9) is a `resource` record. Record ids and dates come from the URL and the fetch
 time alone, so the same page gives the same records during the crawl (`crawl --warc`) and in
-`export --format warc`.
+`export --format warc`. During the crawl every other response (a redirect, an error page, a file,
+robots.txt) is a response record too, written from the response as received: the database keeps
+no body of it.
 
 `WarcFiles` rolls files of a configurable size with Heritrix-style names, and keeps a CDXJ index
 (pywb's format, written by cdxj-indexer) beside them.
@@ -22,7 +24,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from io import BytesIO
 from pathlib import Path
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 import zstandard
 
-from courtly import __version__
+from courtly import __version__, clock
 from courtly.errors import ArchiveError, one_line
 from courtly.model import CrawlAction, StoredPage, StoredRevisit
 from courtly.processes import pid_alive
@@ -47,8 +49,20 @@ NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 #: the index beside the files
 INDEX = "index.cdxj"
 _IDS = uuid.UUID("6f1d2c2e-5b8e-4c57-9a43-2f0d3c6a7e11")  # the namespace of courtly's record ids
+#: a response as received: the request head and response head (with their blank lines), the body
+Received = tuple[bytes, bytes]
 #: headers that describe the body as sent, not as kept: renamed when they no longer hold
 _ENCODINGS = (b"content-encoding", b"transfer-encoding")
+
+
+class Fetched(Protocol):
+    """A response as fetch.py gives it: what its records are made of."""
+
+    url: str
+    body: bytes
+    elapsed: float
+    request: bytes
+    head: bytes
 
 
 class Damaged(Exception):
@@ -127,15 +141,25 @@ class Archive:
                                    "WARC-Date": date}))
             return
         request, head = self._exchange(page.exchange)
-        response_id = record_id("response", page.url, page.fetched)
+        self.write_response(page.url, page.fetched, request, head, body)
+
+    def write_response(self, url: str, fetched: float, request: bytes, head: bytes,
+                       body: bytes, truncated: bool = False) -> None:
+        """A response record (its head made true of the body as kept: `as_kept`; truncated: the
+        body was cut at a size limit, WARC-Truncated) and its request record."""
+        w = self._writer
+        date = warc_date(fetched)
+        response_id = record_id("response", url, fetched)
         response = as_kept(head, len(body))
+        headers = {"WARC-Record-ID": response_id, "WARC-Date": date}
+        if truncated:
+            headers["WARC-Truncated"] = "length"
         w.write_record(w.create_warc_record(
-            page.url, "response", payload=BytesIO(response + body),
-            length=len(response) + len(body),
-            warc_headers_dict={"WARC-Record-ID": response_id, "WARC-Date": date}))
+            url, "response", payload=BytesIO(response + body),
+            length=len(response) + len(body), warc_headers_dict=headers))
         w.write_record(w.create_warc_record(
-            page.url, "request", payload=BytesIO(request), length=len(request),
-            warc_headers_dict={"WARC-Record-ID": record_id("request", page.url, page.fetched),
+            url, "request", payload=BytesIO(request), length=len(request),
+            warc_headers_dict={"WARC-Record-ID": record_id("request", url, fetched),
                                "WARC-Date": date, "WARC-Concurrent-To": response_id}))
 
     def write_revisit(self, revisit: StoredRevisit) -> None:
@@ -176,10 +200,15 @@ class Archive:
 
     def _exchange(self, data: bytes) -> tuple[bytes, bytes]:
         """The stored exchange: (request head, response head), each with its blank line."""
-        request, mark, head = self._decompress(data).partition(b"\r\n\r\n")
-        if not mark or not head.startswith(b"HTTP/"):
-            raise Damaged("damaged exchange")
-        return request + mark, head
+        return split_exchange(self._decompress(data))
+
+
+def split_exchange(exchange: bytes) -> tuple[bytes, bytes]:
+    """A request head and the response head after it: each with its blank line (Damaged)."""
+    request, mark, head = exchange.partition(b"\r\n\r\n")
+    if not mark or not head.startswith(b"HTTP/"):
+        raise Damaged("damaged exchange")
+    return request + mark, head
 
 
 def as_kept(head: bytes, length: int) -> bytes:
@@ -230,6 +259,15 @@ class WarcFiles:
     def write_revisit(self, revisit: StoredRevisit) -> None:
         """Write a revisit's records (Damaged: nothing is written)."""
         self._write(lambda archive: archive.write_revisit(revisit))
+
+    def write_received(self, url: str, fetched: float, received: Received,
+                       truncated: bool = False) -> None:
+        """Write the records of a response the database does not keep (Damaged: its heads
+        are not HTTP's; nothing is written)."""
+        exchange, body = received
+        request, head = split_exchange(exchange)
+        self._write(lambda archive: archive.write_response(url, fetched, request, head, body,
+                                                           truncated))
 
     def _write(self, write: Callable[[Archive], None]) -> None:
         if self._open is None:
@@ -297,9 +335,10 @@ def _whole_records(stream: BinaryIO) -> int:
     return end
 
 
-def archive_action(files: Records, store: Store, action: CrawlAction) -> None:
+def archive_action(files: WarcFiles, store: Store, action: CrawlAction) -> None:
     """Write a recorded crawl action's records (`crawl --warc`): what the store kept of it, a
-    page or a revisit, read as the export reads it."""
+    page or a revisit, read as the export reads it; else the response as received (a
+    redirect, an error page, a file: the database keeps no body of it)."""
     url, fetched = action.candidate.url, action.started
     revisit = store.revisit(url, fetched) if action.exchange is not None else None
     if revisit is not None:
@@ -307,6 +346,8 @@ def archive_action(files: Records, store: Store, action: CrawlAction) -> None:
     elif action.content is not None and action.exchange is not None:
         files.write_page(StoredPage(url, fetched, action.content_type, action.content,
                                     action.exchange))
+    elif action.received is not None:
+        files.write_received(url, fetched, action.received)
 
 
 class CrawlArchive:
@@ -332,14 +373,23 @@ class CrawlArchive:
         (on the database thread, in its order)."""
         db.later(self.keep, action).add_done_callback(self._kept)
 
+    def fetched(self, db: Database, resp: Fetched, most: int) -> None:
+        """A response no crawl action records (robots.txt, its redirects; a body of `most`
+        bytes was cut there): its records are written after the writes queued so far."""
+        when = clock.now() - resp.elapsed
+        db.later(self._write_received, resp.url, when, (resp.request + resp.head, resp.body),
+                 len(resp.body) >= most).add_done_callback(self._kept)
+
     def keep(self, action: CrawlAction) -> None:
         """Write the action's records (ArchiveError: they could not be written)."""
-        if action.exchange is None:
-            return
-        try:
-            archive_action(self.files, self.store, action)
-        except OSError as exc:
-            raise ArchiveError(f"cannot write WARC file: {one_line(exc)}") from None
+        if action.exchange is not None or action.received is not None:
+            with _write_errors():
+                archive_action(self.files, self.store, action)
+
+    def _write_received(self, url: str, fetched: float, received: Received,
+                        truncated: bool) -> None:
+        with _write_errors():
+            self.files.write_received(url, fetched, received, truncated)
 
     def _kept(self, done: asyncio.Future[None]) -> None:
         exc = done.exception()
@@ -349,6 +399,15 @@ class CrawlArchive:
     def close(self) -> None:
         """Close the last file (and index it)."""
         self.files.close()
+
+
+@contextlib.contextmanager
+def _write_errors() -> Iterator[None]:
+    """An OSError while writing records is an ArchiveError (one line: the crawl stops)."""
+    try:
+        yield
+    except OSError as exc:
+        raise ArchiveError(f"cannot write WARC file: {one_line(exc)}") from None
 
 
 def add_to_index(index: Path, warc: Path) -> None:
