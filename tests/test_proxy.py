@@ -16,6 +16,7 @@ import zstandard
 from courtly.proxy import Proxies, parse_proxy
 from courtly.site import Page, html
 from tests.conftest import candidates, courtly, fetched_paths, robots, rows
+from tests.hostile_server import HostileServer, close_at_once, fixed, page
 from tests.test_bad_input import one_line
 
 #: pproxy imports uvloop when it can, and then fails on Python 3.11 (no current event loop)
@@ -101,6 +102,34 @@ def test_an_unreachable_proxy_stops_the_crawl(serve, tmp_path: Path) -> None:
     assert run.status == 1 and len(run.err.splitlines()) == 1
     assert run.err.startswith("courtly: local error: proxy 127.0.0.1:9: ")
     assert site.hits == []
+
+
+@pytest.mark.parametrize("fault", ["502", "hangs up"])
+def test_a_proxy_that_fails_every_site_stops_the_crawl_and_resume_crawls_them(
+        serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
+    """A proxy that answered 502 to every request, or closed every connection, was blamed on
+    the sites: each got robots.txt errors and was given up, and the crawl exited 0. Now the
+    crawl stops with one line naming the proxy (exit status 1), and a resume through a working
+    proxy crawls every site."""
+    seeds = [f"http://127.0.0.1:{port}/" for port in (9, 10, 11)]  # reached through the proxy
+    down = fixed(page("no", "text/plain", "502 Bad Gateway")) if fault == "502" else close_at_once
+    db = tmp_path / "c.db"
+    with HostileServer({"proxy": down}) as broken:
+        address = broken.origins["proxy"].removeprefix("http://")
+        monkeypatch.setenv("http_proxy", f"http://alice:s3cret@{address}")
+        run = courtly("crawl", *seeds, "--db", db, "--min-delay", "0")
+    assert run.status == 1, run.err
+    [line] = [line for line in run.err.splitlines() if "taken to be down" in line]
+    assert line.startswith(f"courtly: local error: proxy {address} failed the last 10 "
+                           "requests, for 3 sites, with no answer between (the last: ")
+    assert "s3cret" not in run.err
+    site = serve({"far": {"/": Page(html("Far", ["/a"])), "/a": Page(html("A", []))}})
+    with pproxy(site.origins["far"].removeprefix("http://")) as (proxy, _):
+        monkeypatch.setenv("http_proxy", f"http://{proxy}")
+        run = courtly("crawl", "--db", db, "--min-delay", "0")
+    assert run.status == 0 and "stopped early" not in run.err, run.err
+    found = candidates(db)  # the one site behind the proxy: the second and third duplicates
+    assert all(found[seed]["exit_code"] in ("OK", "DUPLICATE_CONTENT") for seed in seeds), found
 
 
 def test_a_proxy_url_courtly_cannot_use_is_one_line(tmp_path: Path,

@@ -320,11 +320,11 @@ class Fetcher:
                 keep = keep_alive and self._stale.get(endpoint, 0) < _STALE_MAX
                 response = await self._send(url, endpoint, sent, limit, truncate, fresh, keep)
                 if proxy is not None:
-                    proxied(response, proxy, request)
+                    proxied(self.proxies, response, proxy, request, endpoint.host_header)
                 return response
             except FetchError as exc:
-                if not exc.stale:
-                    raise
+                if not exc.stale:  # (ProxyFailure: the proxy failed once too many)
+                    raise watched(self.proxies, proxy, endpoint.host_header, exc) from None
                 fresh = True  # the server closed it while idle: once more on a new connection
                 if endpoint in self._stale or len(self._stale) < _STALE_ENDPOINTS:
                     self._stale[endpoint] = self._stale.get(endpoint, 0) + 1
@@ -522,12 +522,25 @@ class Fetcher:
             conn.close()
 
 
-def proxied(response: HttpResponse, proxy: Proxy, request: bytes) -> None:
-    """A response that came through a proxy: the proxy's refusal (407) is a FetchError; the
-    request kept with it is the one for the site (no absolute form, no proxy credentials)."""
+def proxied(proxies: Proxies | None, response: HttpResponse, proxy: Proxy, request: bytes,
+            site: str) -> None:
+    """A response that came through a proxy: the proxy's refusal (407), or its 502s for every
+    site (proxy.ProxyWatch), is a ProxyFailure; the request kept with it is the one for the site
+    (no absolute form, no proxy credentials)."""
     if response.status == 407:
         raise refused(proxy)
+    if proxies is not None:
+        proxies.watch.answered(proxy, site, response.status)
     response.request = request
+
+
+def watched(proxies: Proxies | None, proxy: Proxy | None, site: str,
+            exc: FetchError) -> FetchError:
+    """A request's failure, once the proxy that carried it is told (ProxyFailure: it failed
+    every site too many times)."""
+    if proxies is not None and proxy is not None:
+        proxies.watch.failed(proxy, site, exc)
+    return exc
 
 
 def _authority(endpoint: _Endpoint) -> str:

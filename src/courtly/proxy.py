@@ -31,6 +31,17 @@ class ProxyFailure(LocalError):
     one line, as for courtly's own machine (no site is to blame, none loses patience)."""
 
 
+#: requests in a row through one proxy that failed the way a proxy fails (its connection closed
+#: or timed out before an answer, 502, 503 or 504, a CONNECT refused), for two sites or more,
+#: after which the proxy, not the sites, is taken to be down: the crawl stops (ProxyWatch)
+PROXY_FAILURES = 10
+#: a proxy's answers when it could not carry a request (RFC 9110 15.6.3-5)
+GATEWAY_ERRORS = frozenset({502, 503, 504})
+#: how a request through a proxy fails when the proxy itself may be down
+_PROXY_FAILS = frozenset({ExitCode.NETWORK_ERROR, ExitCode.PROTOCOL_ERROR, ExitCode.PROXY_ERROR,
+                          ExitCode.TIMEOUT})
+
+
 @dataclass(frozen=True, slots=True)
 class Proxy:
     """An HTTP proxy: where to connect, and the Proxy-Authorization value if it has one."""
@@ -70,11 +81,47 @@ def hidden(url: str) -> str:
     return f"{scheme}{sep}{user.partition(':')[0]}:***@{host}" if at else url
 
 
+class ProxyWatch:
+    """The requests in a row that failed through each proxy, and the sites they were for: past
+    `most` of them for two sites or more, with no answer between, the proxy is down (a site
+    down behind it fails alone; one site: its failures stay its own, for its patience)."""
+
+    def __init__(self, most: int = PROXY_FAILURES) -> None:
+        self.most = most
+        self._failing: dict[Proxy, set[str]] = {}  # the sites of the failures in a row
+        self._count: dict[Proxy, int] = {}
+
+    def answered(self, proxy: Proxy, site: str, status: int) -> None:
+        """A response came through the proxy (ProxyFailure: its own 502/503/504, once too
+        many)."""
+        if status in GATEWAY_ERRORS:
+            self._failed(proxy, site, f"it answered {status}")
+        else:
+            self._failing.pop(proxy, None)
+            self._count.pop(proxy, None)
+
+    def failed(self, proxy: Proxy, site: str, exc: FetchError) -> None:
+        """A request through the proxy failed (ProxyFailure: once too many the proxy's way)."""
+        if exc.exit_code in _PROXY_FAILS:
+            self._failed(proxy, site, exc.detail)
+
+    def _failed(self, proxy: Proxy, site: str, why: str) -> None:
+        sites = self._failing.setdefault(proxy, set())
+        sites.add(site)
+        count = self._count[proxy] = self._count.get(proxy, 0) + 1
+        if count >= self.most and len(sites) > 1:
+            raise ProxyFailure(f"{proxy} failed the last {count} requests, for {len(sites)} "
+                               f"sites, with no answer between (the last: {one_line(why)}): "
+                               "it is taken to be down")
+
+
 class Proxies:
-    """The proxies of http and https URLs, and the hosts that bypass them (no_proxy)."""
+    """The proxies of http and https URLs, and the hosts that bypass them (no_proxy); the
+    watch on them."""
 
     def __init__(self, http: Proxy | None, https: Proxy | None, no_proxy: str = "") -> None:
         self._by_scheme = {"http": http, "https": https}
+        self.watch = ProxyWatch()
         entries = [e.strip().lower() for e in no_proxy.split(",") if e.strip()]
         self._everything = "*" in entries
         self._names: list[tuple[str, int | None]] = []
