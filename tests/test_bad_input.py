@@ -251,6 +251,19 @@ def test_seeds_file_that_is_not_utf8_is_refused_not_guessed_at(db: Path, tmp_pat
     assert list(candidates(db)) == ["http://127.0.0.1:1/a"]
 
 
+def test_a_seed_with_a_user_name_and_password_is_refused(db: Path, tmp_path: Path) -> None:
+    """A seed http://user:secret@host/ was stored as given, the password in the crawl database,
+    and crawled without it (courtly sends no credentials). Now refused, the password not shown."""
+    seeds = write(tmp_path / "seeds.txt", f"{SEED}\nhttp://user:secret@127.0.0.1:1/a\n")
+    for command in ("add-seeds", "crawl"):
+        for given in (["http://user:secret@127.0.0.1:1/a"], ["--seeds-file", seeds]):
+            run = courtly(command, *given, "--db", db)
+            one_line(run, 2, "invalid seed URL (a user name or password in it",
+                     "'http://127.0.0.1:1/a'")
+            assert "secret" not in run.err
+    assert not db.exists()
+
+
 def test_config_file_with_a_bom(db: Path, tmp_path: Path) -> None:
     config = tmp_path / "crawl.toml"
     config.write_bytes(f'\ufeffseeds = ["{SEED}"]\n'.encode())

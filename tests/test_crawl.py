@@ -431,3 +431,22 @@ def test_a_page_is_kept_when_its_canonical_url_never_will_be(serve, db: Path) ->
     assert set(fetched_paths(site, "one")) == {"/", "/a", "/b", "/c", "/from-b", "/from-c"}
     stored = {r["url"] for r in rows(db, "SELECT url FROM content")}
     assert stored == {site.url("one", p) for p in ("/", "/b", "/c", "/from-b", "/from-c")}
+
+
+def test_a_link_with_a_user_name_and_password_is_the_page_itself(serve, db: Path) -> None:
+    """A link http://user:secret@host/page was a crawl candidate of its own beside /page: the
+    page was fetched once for each (courtly sends no credentials) and the password was kept in
+    the crawl database (candidates, crawl log, export). Now it is the page's own URL."""
+    site = serve({"s": {"/page": Page(html("Page", []))}})
+    host = site.origins["s"].removeprefix("http://")
+    site.sites["s"]["/"] = Page(html("Home", [f"http://user:secret@{host}/page", "/page",
+                                              f"//other:secret@{host}/old"]))
+    site.sites["s"]["/old"] = Page("", 301, {"Location": f"http://x:secret@{host}/new"})
+    site.sites["s"]["/new"] = Page(html("New", []))
+    run = courtly("crawl", site.url("s"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    assert sorted(fetched_paths(site, "s")) == ["/", "/new", "/old", "/page"]
+    assert sorted(candidates(db)) == [site.url("s", p) for p in ("/", "/new", "/old", "/page")]
+    assert rows(db, "SELECT target FROM redirects") == [{"target": site.url("s", "/new")}]
+    assert "secret" not in courtly("export", "--db", db).out
+    assert not [r for r in rows(db, "SELECT url FROM crawl_log") if "secret" in r["url"]]

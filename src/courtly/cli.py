@@ -97,7 +97,7 @@ def build_config(config_path: str | None, **flags: Any) -> CrawlConfig:
 
 def read_seeds(config: CrawlConfig) -> list[str]:
     """Seeds from the config/flags and --seeds-file, validated and normalized."""
-    from courtly.urls import normalize
+    from courtly.urls import has_userinfo, normalize
 
     raw = list(config.seeds)
     if config.seeds_file:
@@ -123,6 +123,9 @@ def read_seeds(config: CrawlConfig) -> list[str]:
         url = normalize(seed, None, config.normalize)
         if url is None:
             fail(f"invalid seed URL (need an absolute http or https URL): {seed!r}")
+        if has_userinfo(seed):  # shown without them: an error line may end up in a log
+            fail(f"invalid seed URL (a user name or password in it: courtly sends no "
+                 f"credentials and keeps none; give the URL without them): {url!r}")
         seeds.append(url)
     return seeds
 

@@ -30,6 +30,7 @@ __all__ = [
     "NormalizeRules",
     "Rules",
     "authority_key",
+    "has_userinfo",
     "host_of",
     "normalize",
     "normalize_escapes",
@@ -242,7 +243,7 @@ def normalize_links(
         # _clean's own early return, without the call (2,800 instructions a link;
         # test_normalize_links_is_normalize_for_each holds the two together)
         if plain and href.startswith(_HTTP) and not (
-            "#" in href or "%" in href or "?" in href or ";" in href
+            "#" in href or "%" in href or "?" in href or ";" in href or "@" in href
         ):
             out.append(href)
         else:
@@ -272,10 +273,14 @@ def _clean(href: str, opts: NormalizeRules) -> str | None:
         href = href[:hash_at]
     href = normalize_escapes(href)
     fragment = normalize_escapes(fragment)
+    path_start = href.find("/", 8)  # special URLs always have a path; the authority has no '/'
+    at = href.rfind("@", 0, path_start)  # ada escapes any other '@' of a user name or password
+    if at >= 0:  # credentials: never sent, never stored; the URL is the page's without them
+        start = href.find("//") + 2
+        href, path_start = href[:start] + href[at + 1 :], path_start - (at + 1 - start)
     path_opts = opts.collapse_slashes or opts.drop_index or opts.drop_trailing_slash
     if not path_opts and "?" not in href and ";" not in href:
         return href + fragment  # the common case: nothing more to do
-    path_start = href.find("/", 8)  # special URLs always have a path; the authority has no '/'
 
     query_at = href.find("?", path_start)
     if query_at >= 0:
@@ -327,6 +332,12 @@ def split_authority(authority: str) -> tuple[str, str]:
             return hostport[:end], hostport[end:].removeprefix(":")
     host, _, port = hostport.partition(":")
     return host, port
+
+
+def has_userinfo(url: str) -> bool:
+    """Whether an absolute URL names a user or a password (which `normalize` drops)."""
+    href = _href(url, None)
+    return href is not None and "@" in (split_url(href)[1] or "")
 
 
 def _scheme_host_port(url: str) -> tuple[str, str, str]:
