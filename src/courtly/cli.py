@@ -97,7 +97,7 @@ def build_config(config_path: str | None, **flags: Any) -> CrawlConfig:
 
 def read_seeds(config: CrawlConfig) -> list[str]:
     """Seeds from the config/flags and --seeds-file, validated and normalized."""
-    from courtly.urls import has_userinfo, normalize
+    from courtly.urls import has_userinfo, host_name_fault, host_of, normalize
 
     raw = list(config.seeds)
     if config.seeds_file:
@@ -126,6 +126,8 @@ def read_seeds(config: CrawlConfig) -> list[str]:
         if has_userinfo(seed):  # shown without them: an error line may end up in a log
             fail(f"invalid seed URL (a user name or password in it: courtly sends no "
                  f"credentials and keeps none; give the URL without them): {url!r}")
+        if (fault := host_name_fault(host_of(url))) is not None:
+            fail(f"invalid seed URL ({fault}): {seed!r}")
         seeds.append(url)
     return seeds
 

@@ -31,6 +31,7 @@ __all__ = [
     "Rules",
     "authority_key",
     "has_userinfo",
+    "host_name_fault",
     "host_of",
     "normalize",
     "normalize_escapes",
@@ -338,6 +339,23 @@ def has_userinfo(url: str) -> bool:
     """Whether an absolute URL names a user or a password (which `normalize` drops)."""
     href = _href(url, None)
     return href is not None and "@" in (split_url(href)[1] or "")
+
+
+def host_name_fault(host: str) -> str | None:
+    """What makes a host (as `host_of` gives it) a name no resolver takes (RFC 1035 §2.3.4:
+    labels of 1 to 63 octets, 253 in all; one trailing dot allowed), or None. WHATWG accepts
+    such names; a seed's is refused up front (an IP address has no labels to check)."""
+    name = host[:-1] if host.endswith(".") else host
+    if host.startswith("[") or not name.strip("0123456789."):
+        return None
+    labels = name.split(".")
+    if "" in labels:
+        return "its host name has an empty label"
+    if max(map(len, labels)) > 63:
+        return "its host name has a label longer than 63 characters"
+    if len(name) > 253:
+        return "its host name is longer than 253 characters"
+    return None
 
 
 def _scheme_host_port(url: str) -> tuple[str, str, str]:
