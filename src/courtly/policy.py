@@ -127,20 +127,45 @@ def _param_names(query: str) -> list[str]:
 
 
 _DIGITS = re.compile(r"[0-9]+")
-#: an opaque token in a path: 12 letters and digits or more, with both (a session id such as
-#: ASP.NET's cookieless /(S(25lyr4i1e9yzcvg348zpimms))/, a hash); a word or a number is not one
-_RUN = re.compile(r"[A-Za-z0-9]{12,}")
+#: a whole run of 12 or more base64url characters with a capital letter or a digit in it (a run
+#: of lower-case words and '-'/'_' is no token: the lookahead skips it without a Python call; the
+#: lookbehind starts a match only where a run starts, so a long run is scanned once, not n times)
+_RUN = re.compile(r"(?<![A-Za-z0-9_-])(?=[a-z_-]*[A-Z0-9])[A-Za-z0-9_-]{12,}")
+#: 12 letters and digits or more, with both (ASP.NET's cookieless /(S(25lyr4i1e9yzcvg348zpimms))/,
+#: a hash): an opaque token; a word or a number is not one
+_ALNUM = re.compile(r"[A-Za-z0-9]{12,}")
+#: where a run turns, not as words do: lower to upper case (a capital starting a word is no turn,
+#: nor is an acronym's run of capitals), letter to digit and back
+_TURN = re.compile(r"[a-z](?=[A-Z])|[A-Z](?=[A-Z][a-z])|[A-Za-z](?=[0-9])|[0-9](?=[A-Za-z])")
+
+
+def _alnum_token(match: re.Match[str]) -> str:
+    run = match.group()
+    return run if run.isdigit() or run.isalpha() else "{t}"
+
+
+def _random(run: str) -> bool:
+    """Whether a run of 16 or more characters turns at least once every 4 (a random base64url
+    token, /s/AbCdEfGhIjKlMnOpQrStUv/: 94 % of random letters, 99 % of base64url); CamelCase
+    turns once a word (/WikiPageName/), an acronym not at all (/HTTPSConnectionPool/)."""
+    return len(run) >= 16 and len(_TURN.findall(run)) * 4 >= len(run)
 
 
 def _token(match: re.Match[str]) -> str:
     run = match.group()
-    return run if run.isdigit() or run.isalpha() else "{t}"
+    plain = run.isalnum()  # no '-' or '_'
+    if plain and not run.isalpha():
+        return run if run.isdigit() else "{t}"  # letters and digits: a hash, a session id
+    if _random(run):
+        return "{t}"  # AbCdEfGhIjKlMnOpQrStUv, base64url's Zm9vYmFyYmF6cXV4cXV1eA-_
+    return run if plain else _ALNUM.sub(_alnum_token, run)  # a slug's token abstracted alone
 
 
 def url_shape(url: str) -> str:
     """The URL's path and query with opaque tokens, digit runs (so dates too) and query values
     abstracted: /cal/2026/11/?view=week → /cal/{n}/{n}/?view={v}, /(S(25lyr4i1e9yzcvg348zpimms))/a
-    → /(S({t}))/a. One shape, many URLs: a trap's signature."""
+    → /(S({t}))/a, /s/AbCdEfGhIjKlMnOpQrStUv/page → /s/{t}/page. One shape, many URLs: a trap's
+    signature."""
     path, query = _split(url)
     shape = _DIGITS.sub("{n}", _RUN.sub(_token, path))
     if query:
