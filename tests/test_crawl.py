@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import brotli
@@ -450,3 +451,38 @@ def test_a_link_with_a_user_name_and_password_is_the_page_itself(serve, db: Path
     assert rows(db, "SELECT target FROM redirects") == [{"target": site.url("s", "/new")}]
     assert "secret" not in courtly("export", "--db", db).out
     assert not [r for r in rows(db, "SELECT url FROM crawl_log") if "secret" in r["url"]]
+
+
+def test_a_redirect_to_itself_with_a_session_id_is_asked_once_more(serve, db: Path) -> None:
+    """A Java server answering /a with a redirect to /a;jsessionid=… (which normalizes to /a)
+    recorded a redirect from /a to itself and the page was lost: never fetched, and on the next
+    run that self-loop counted as a redirect chain. The Location is now asked once more as
+    written: the page is /a's; a server that redirects again (to /c, or to another session id)
+    costs two requests and is given up for the run; a plain redirect to itself costs one."""
+    def fresh_session(path: str) -> Callable[[int], Page]:
+        return lambda count: Page("", 302, {"Location": f"{path};jsessionid=S{count}"})
+
+    site = serve({"java": {
+        "/": Page(html("Home", ["/a", "/c", "/e", "/f"])),
+        "/a": fresh_session("/a"), "/a;jsessionid=S0": Page(html("A", ["/b"])),
+        "/b": Page(html("B", [])),
+        "/c": fresh_session("/c"), "/c;jsessionid=S0": Page("", 302, {"Location": "/c"}),
+        "/e": fresh_session("/e"), "/e;jsessionid=S0": fresh_session("/e"),
+        "/f": Page("", 301, {"Location": "/f"}),
+    }})
+    run = courtly("crawl", site.url("java"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    assert sorted(fetched_paths(site, "java")) == sorted([
+        "/", "/a", "/a;jsessionid=S0", "/b", "/c", "/c;jsessionid=S0", "/e",
+        "/e;jsessionid=S0", "/f"])
+    cands = {url.removeprefix(site.url("java")[:-1]): c for url, c in candidates(db).items()}
+    assert {p: c["exit_code"] for p, c in cands.items()} == {
+        "/": "OK", "/a": "OK", "/b": "OK", "/c": "REDIRECT", "/e": "REDIRECT", "/f": "REDIRECT"}
+    assert cands["/c"]["detail"] == cands["/e"]["detail"] == (
+        "redirects to itself once normalized, again: not queued")
+    assert cands["/f"]["detail"] == "redirects to itself: not queued"
+    assert rows(db, "SELECT url FROM redirects") == []
+    a_log = rows(db, "SELECT detail FROM crawl_log WHERE url = ? ORDER BY id",
+                 site.url("java", "/a"))
+    assert [r["detail"] for r in a_log] == [
+        "redirects to itself once normalized: its Location asked once more as written", None]

@@ -227,15 +227,13 @@ class Crawler:
 
     def _spent(self) -> bool:
         """Stop the crawl when --max-actions is used up (actions in flight count)."""
-        stop = self.stats.spent(self.config.max_actions)
-        if stop is not None:
+        if (stop := self.stats.spent(self.config.max_actions)) is not None:
             self.stop(stop)
         return stop is not None
 
     # -- one crawl action ----------------------------------------------------------------
     async def _crawl(self, crawler: OriginCrawler, candidate: Candidate) -> bool:
-        """Fetch one URL (conditionally if validators are known), read the answer's outcome,
-        its body, record it all (beside the origin's next request). False: a fleet's lease lost."""
+        """Fetch one URL (conditionally), read the answer and body, record it. False: lease lost."""
         if self.steering.fleet is not None:
             # committed before the next request leaves: a frozen worker costs one (distributed.md)
             await self.turns.settled(crawler)
@@ -250,7 +248,7 @@ class Crawler:
                 self.stats.requests += 1
                 crawler.pages_this_run += 1
                 result = await self.fetcher.get(
-                    candidate.url, headers=outcome.validators(candidate),
+                    candidate.request_url or candidate.url, headers=outcome.validators(candidate),
                     keep_alive=outcome.keeps_alive(crawler, self.config))
         except FetchError as exc:
             result = exc
@@ -279,8 +277,10 @@ class Crawler:
         """What the answer says: exit code, what to read of the body, the origin's pause."""
         wall = clock.now()
         reading = outcome.read(action.candidate.url, result, crawler, self.config, now, wall,
-                               backoff_jitter())
+                               backoff_jitter(), action.candidate.request_url)
         action.exit_code, action.detail = reading.exit_code, reading.detail
+        if reading.again is not None:  # a redirect to itself: its Location asked next
+            crawler.todo.insert(0, action.candidate.asked_as(reading.again))
         if reading.pause is not None:  # rate limited, or the server failed: it backs off
             pause(crawler, reading.backoff_level, reading.pause, now)
             crawler.state.backoff_until = wall + reading.pause

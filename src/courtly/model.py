@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -99,6 +99,13 @@ class Candidate:
     attempts: int = 0
     recrawl_interval: float | None = None  # the interval set by the last crawl action
     exit_code: str | None = None  # the last crawl action's exit code
+    #: what is requested instead of url: the Location of its redirect to itself, as written
+    #: (/a → /a;jsessionid=…, which normalizes to /a), asked once more (never stored)
+    request_url: str | None = None
+
+    def asked_as(self, url: str) -> Candidate:
+        """This candidate, requested next as url (the Location of its redirect to itself)."""
+        return replace(self, request_url=url)
 
 
 @dataclass(slots=True)

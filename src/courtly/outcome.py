@@ -44,7 +44,7 @@ from courtly.scheduler import (
     effective_crawl_delay,
     retry_after_seconds,
 )
-from courtly.urls import normalize
+from courtly.urls import normalize, resolve
 
 #: what a request comes to: a response, or the reason there is none
 Answer = HttpResponse | FetchError
@@ -129,6 +129,8 @@ class Reading:
     next: Next = Next.NOTHING
     detail: str | None = None
     redirect_target: str | None = None
+    #: a redirect to the URL itself once normalized: its Location as written, asked once more
+    again: str | None = None
     #: RATE_LIMITED: the origin stays away this many seconds, at this backoff level
     pause: float | None = None
     backoff_level: int = 0
@@ -149,11 +151,13 @@ def read(
     now: float,
     wall: float,
     jitter: float,
+    asked: str | None = None,
 ) -> Reading:
     """The exit code of a response by its status and type, or of a fetch error.
 
     now / wall: the monotonic and the wall-clock time of the answer; jitter: the backoff's
-    random factor (scheduler.backoff_jitter).
+    random factor (scheduler.backoff_jitter); asked: the URL requested, when not url (the
+    Location of url's redirect to itself).
     """
     if isinstance(result, FetchError):
         if result.exit_code in BACKS_OFF:  # the server failed: the origin backs off
@@ -177,6 +181,8 @@ def read(
         if target is None:
             detail = f"no usable Location ({one_line(location) or 'none'}): not queued"
             return Reading(ExitCode.REDIRECT, detail=detail)
+        if target == url:
+            return _to_itself(url, location, asked)
         return Reading(ExitCode.REDIRECT, Next.REDIRECT, redirect_target=target)
     if status == 304:
         return _NOT_MODIFIED
@@ -189,6 +195,18 @@ def read(
     if sitemaps.looks_like_sitemap(url, result.headers.get("content-type"), result.body):
         return _SITEMAP
     return _FILE
+
+
+def _to_itself(url: str, location: str, asked: str | None) -> Reading:
+    """A redirect to the URL itself once normalized: a Java server's /a → /a;jsessionid=… (the
+    session id is removed) wants the session in the URL. Its Location is asked once more as
+    written, when it differs; a second one gives up (no target queued, no redirect saved)."""
+    written = resolve(location, asked or url)
+    if asked is None and written is not None and written != url:
+        return Reading(ExitCode.REDIRECT, detail="redirects to itself once normalized: its "
+                       "Location asked once more as written", again=written)
+    return Reading(ExitCode.REDIRECT, detail="redirects to itself" + (
+        " once normalized, again" if asked else "") + ": not queued")
 
 
 def is_page(resp: HttpResponse) -> bool:

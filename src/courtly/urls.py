@@ -40,6 +40,7 @@ __all__ = [
     "partition_key",
     "partition_of",
     "registered_domain",
+    "resolve",
     "split_authority",
     "split_target",
     "split_url",
@@ -199,6 +200,13 @@ def _href(url: str, base: str | None) -> str | None:
         return (can_ada.parse(base) + url).href
     except (ValueError, TypeError):  # TypeError: a str with a lone surrogate
         return None
+
+
+def resolve(url: str, base: str) -> str | None:
+    """url resolved against base as a browser does, nothing normalized (a redirect's Location
+    as the server wrote it); None if not a valid http(s) URL."""
+    href = _href(url, base)
+    return href if href is not None and href.startswith(_HTTP) else None
 
 
 def normalize(url: str, base: str | None = None,
