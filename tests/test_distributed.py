@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import signal
 import subprocess
 import time
@@ -90,7 +91,7 @@ def test_three_workers_crawl_to_exact_coverage_holding_delays(serve, pg_url: PgU
     added = courtly("add-seeds", *seeds, "--db", pg_url)
     assert added.status == 0, added.err
     procs = start_workers(pg_url, 3, fleet_config(tmp_path))
-    wait_all(procs)
+    errs = wait_all(procs)
 
     for name in NAMES:  # exact coverage: every page once, nothing else
         paths = fetched_paths(site, name)
@@ -113,6 +114,11 @@ def test_three_workers_crawl_to_exact_coverage_holding_delays(serve, pg_url: PgU
     assert table.status == 0 and "workers" in table.out and "pages/s" in table.out
     run = rows(pg_url, "SELECT finished FROM runs")
     assert len(run) == 1 and run[0]["finished"] is not None
+    # each worker's summary counts its own origins: all finished (before, its total was the
+    # fleet's configured origins and its finished its own: `origins 3 active / 3 finished`)
+    for err in errs:
+        counts = re.search(r"this worker's origins (\d+) active / (\d+) finished", err)
+        assert counts is not None and counts[1] == "0", err
 
 
 def two_busy_workers(pg_url: PgUrl, procs: list[subprocess.Popen[str]]

@@ -261,7 +261,7 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
         fail(str(exc))
     if not config.robots.obey:
         click.echo("courtly: warning: obey_robots is off: robots.txt is ignored", err=True)
-    progress = Progress(config.progress)
+    progress = Progress(config.progress, worker=store.shared)
     _install_uvloop()
     if store.shared:  # a worker of the fleet (docs/distributed.md)
         from courtly.distributed import run_worker

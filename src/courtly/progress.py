@@ -17,25 +17,27 @@ if TYPE_CHECKING:
 LOG_EVERY = 5.0
 
 
-def _line(stats: CrawlStats) -> str:
+def _line(stats: CrawlStats, whose: str) -> str:
     return (
         f"{stats.actions} actions ({stats.exit_codes.get('OK', 0)} OK, {stats.errors} errors), "
-        f"{stats.rate:.1f}/s, {stats.requests} requests, origins "
+        f"{stats.rate:.1f}/s, {stats.requests} requests, {whose}origins "
         f"{stats.origins_total - stats.origins_finished} active / "
         f"{stats.origins_finished} finished, {stats.in_flight} in flight"
     )
 
 
 class Progress:
-    """Shows CrawlStats as they change: mode auto (live on a terminal), live, log or off."""
+    """Shows CrawlStats as they change: mode auto (live on a terminal), live, log or off; a
+    fleet's worker counts the origins it crawled ("this worker's origins"), not the fleet's."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, worker: bool = False) -> None:
         if mode == "auto":
             mode = "live" if sys.stderr.isatty() else "log"
         self.mode = mode
         self.console = Console(stderr=True)
         self._live: Live | None = None
         self._last_log = time.monotonic()
+        self._whose = "this worker's " if worker else ""
 
     def __enter__(self) -> Progress:
         if self.mode == "live":
@@ -49,17 +51,16 @@ class Progress:
 
     def update(self, stats: CrawlStats) -> None:
         """Called twice a second by the crawler."""
-        stats.origins_total = max(stats.origins_total, stats.origins_finished)
         if self._live is not None:
-            self._live.update(f"[bold]courtly[/] {_line(stats)}")
+            self._live.update(f"[bold]courtly[/] {_line(stats, self._whose)}")
         elif self.mode == "log" and time.monotonic() - self._last_log >= LOG_EVERY:
             self._last_log = time.monotonic()
-            print(f"courtly: {_line(stats)}", file=sys.stderr, flush=True)
+            print(f"courtly: {_line(stats, self._whose)}", file=sys.stderr, flush=True)
 
     def summary(self, stats: CrawlStats) -> None:
         """The last word of a crawl (printed whatever the mode)."""
         codes = ", ".join(f"{k} {v}" for k, v in stats.exit_codes.most_common())
-        print(f"courtly: {stats.stop_reason}. {_line(stats)}", file=sys.stderr)
+        print(f"courtly: {stats.stop_reason}. {_line(stats, self._whose)}", file=sys.stderr)
         if codes:
             print(f"courtly: exit codes: {codes}", file=sys.stderr)
         early = list(stats.stopped_early.items())

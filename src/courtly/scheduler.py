@@ -222,6 +222,8 @@ class Turns:
             self._forgotten.discard(crawler.origin)
             self._stats.origins_finished -= 1
         self.crawlers[crawler.origin] = crawler
+        # the origins crawled here (a worker's own, not its fleet's configured origins)
+        self._stats.origins_total = len(self.crawlers) + len(self._forgotten)
         self.box.push(crawler, at)
         self.wake()
 

@@ -58,7 +58,6 @@ class Steering:
         #: as it grows (seeds a fleet adds while it crawls, `rescope`)
         self.seed_hosts = _hosts(store.seed_origins())
         self.policy = Policy(config.policies, config.traps, [o + "/" for o in self.origins])
-        stats.origins_total = len(self.origins)
         self.done = False  # the fleet has no work left
 
     # -- what the crawl loop asks ----------------------------------------------------------
@@ -122,7 +121,6 @@ class Steering:
         if origins != self.origins:
             self.origins = origins
             self.policy.rescope([o + "/" for o in origins])
-            self.stats.origins_total = len(origins)
 
     async def take_over(self, origin: str) -> None:
         """An origin of our leases with work: crawl it (the last owner's request may be recent)."""
