@@ -221,7 +221,19 @@ def strategy_hook(spec: str, hook: str) -> Iterator[None]:
         fail(f"strategy {spec!r} failed in {hook}: {describe(exc, where=False)}")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Command(click.Group):
+    """The `courtly` group: Ctrl-C in a command (outside a crawl's loop, which stops on it) exits
+    quietly with status 130, as a shell's command stopped by SIGINT (click said `Aborted!` and
+    exited 1, the status of a failed database)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            sys.exit(130)
+
+
+@click.group(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="courtly")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 def main(verbose: int) -> None:
