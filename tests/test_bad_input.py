@@ -153,7 +153,12 @@ class BadSeeds(CrawlingStrategy):
         raise ValueError("seeds are off today")
 
 class BadClose(CrawlingStrategy):
+    def read_seeds(self, stream):
+        super().read_seeds(stream)
+        self.domain_metadata["http://127.0.0.1:1"]["seeded"] = 1
+
     def close(self):
+        super().close()
         raise OSError("metadata store gone")
 """
 
@@ -168,6 +173,10 @@ def test_strategy_hook_that_raises_is_one_line(
         one_line(run, 2, "read_seeds", "ValueError: seeds are off today")
         run = courtly(command, SEED, "--db", db, "--strategy", "hook_strategies:BadClose")
         one_line(run, 2, "close", "OSError: metadata store gone")
+        # as README says: no seed, origin or metadata written (before, a close() that raised
+        # left the seeds and their origins written, and the metadata it had saved)
+        assert rows(db, "SELECT origin FROM origins") == []
+        assert rows(db, "SELECT url FROM candidates") == []
 
 
 @pytest.mark.parametrize("cap", ['"abc"', "[1]", "0", "-1", "1.5", "true"])

@@ -189,13 +189,16 @@ def crawl_db(db: str, must_exist: bool = False) -> Iterator[Store]:
 
 
 def inject_seeds(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
-    """Pass seeds through the strategy's read_seeds; returns how many became candidates."""
+    """Pass seeds through the strategy's read_seeds; returns how many became candidates. Its
+    decisions (the seeds it scheduled, the domain metadata it saved) are written together once
+    it has closed without an error: a strategy that raises leaves the database as it was."""
     from courtly.model import Link
-    from courtly.strategy import StoreContext, StrategyError, load_strategy
+    from courtly.strategy import SeedingContext, StrategyError, load_strategy
     from courtly.urls import normalize, origin_of
 
+    context = SeedingContext(store)
     try:
-        strategy = load_strategy(config.strategy, StoreContext(store), config.strategy_args)
+        strategy = load_strategy(config.strategy, context, config.strategy_args)
     except StrategyError as exc:
         fail(str(exc))
     with strategy_hook(config.strategy, "read_seeds"):
@@ -205,11 +208,9 @@ def inject_seeds(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
         url = normalize(item.request.url, None, config.normalize)
         if url is not None and not item.dont_queue:
             links.append(Link(url, origin_of(url), item.request.depth, item.score))
-    store.add_origins(sorted({lk.origin for lk in links}), seed=True)
-    added = store.add_links(links)
     with strategy_hook(config.strategy, "close"):
-        strategy.close()  # saves the domain metadata read_seeds wrote
-    return added
+        strategy.close()  # saves the domain metadata read_seeds wrote (held by the context)
+    return store.add_seeds(links, context.saved)
 
 
 @contextmanager

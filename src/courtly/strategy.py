@@ -137,6 +137,26 @@ class StoreContext:
         self.store.save_origin(state)
 
 
+class SeedingContext(StoreContext):
+    """The seeds workflow's context: the database is read, and the domain metadata the strategy
+    saves is held (`saved`), to be written with the seeds once the strategy has closed without
+    an error (Store.add_seeds)."""
+
+    def __init__(self, store: StateStore) -> None:
+        super().__init__(store)
+        self.saved: dict[str, dict[str, Any]] = {}
+
+    def load_metadata(self, origin: str) -> dict[str, Any]:
+        """The metadata saved in this workflow, else as persisted."""
+        if origin in self.saved:
+            return json.loads(json.dumps(self.saved[origin]))  # type: ignore[no-any-return]
+        return super().load_metadata(origin)
+
+    def save_metadata(self, origin: str, data: dict[str, Any]) -> None:
+        """Hold a copy (JSON, as the database keeps it)."""
+        self.saved[origin] = json.loads(json.dumps(data))
+
+
 class DomainMetadata(MutableMapping[str, dict[str, Any]]):
     """Per-origin metadata that persists across runs (Frontera's DomainMetadata).
 

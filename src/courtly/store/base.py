@@ -59,6 +59,11 @@ class Store(Protocol):
         """Make origins configured (crawled) origins; seed: they are seeds' origins."""
         ...
 
+    def add_seeds(self, links: list[Link], metadata: dict[str, dict[str, Any]]) -> int:
+        """The seeds as the strategy scheduled them (their origins configured, as seeds'
+        origins) and the domain metadata it saved, in one transaction; returns rows added."""
+        ...
+
     def seed_origins(self) -> list[str]:
         """The origins of the seeds (their hosts pass the address guard)."""
         ...

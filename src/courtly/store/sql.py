@@ -235,12 +235,15 @@ class SqlBase:
     # -- origins and runs ----------------------------------------------------------------
     def add_origins(self, origins: list[str], seed: bool = False) -> None:
         with self._tx():
-            self._xmany(
-                "INSERT INTO origins (origin, seed) VALUES (?, ?) ON CONFLICT (origin) DO UPDATE "
-                "SET configured = 1, seed = CASE WHEN excluded.seed = 1 THEN 1 ELSE origins.seed "
-                "END",
-                [(o, int(seed)) for o in origins],
-            )
+            self._configure(origins, seed)
+
+    def _configure(self, origins: list[str], seed: bool) -> None:
+        self._xmany(
+            "INSERT INTO origins (origin, seed) VALUES (?, ?) ON CONFLICT (origin) DO UPDATE "
+            "SET configured = 1, seed = CASE WHEN excluded.seed = 1 THEN 1 ELSE origins.seed "
+            "END",
+            [(o, int(seed)) for o in origins],
+        )
 
     def configured_origins(self) -> list[str]:
         rows = self._x("SELECT origin FROM origins WHERE configured = 1 ORDER BY origin")
@@ -557,6 +560,16 @@ class SqlRecords(NearDupIndex, SqlReads):
     def save_origin(self, state: OriginState) -> None:
         with self._tx():
             self._upsert_origin(state)
+
+    def add_seeds(self, links: list[Link], metadata: dict[str, dict[str, Any]]) -> int:
+        with self._write():
+            self._configure(sorted({lk.origin for lk in links}), seed=True)
+            added = self._insert_links(links)
+            for origin, data in metadata.items():
+                state = self.load_origin(origin)
+                state.metadata = data
+                self._upsert_origin(state)
+        return added
 
     def _upsert_origin(self, state: OriginState) -> None:
         self._x(
