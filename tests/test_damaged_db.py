@@ -95,6 +95,32 @@ def test_text_schema_version(crawled: tuple[Path, str], command: str) -> None:
     one_line_error(status, err, f"{db} is damaged", "schema_version", "'abc'")
 
 
+@pytest.mark.parametrize("command", ["stats", "add-seeds", "crawl", "export"])
+@pytest.mark.parametrize(("edit", "why"), [
+    ("DELETE FROM schema_version", "schema_version is empty"),
+    ("INSERT INTO schema_version SELECT version FROM schema_version", "schema_version has 2 rows"),
+])
+def test_schema_version_without_its_one_row(crawled: tuple[Path, str], command: str, edit: str,
+                                            why: str) -> None:
+    """An emptied schema_version said `database error on …: table origins already exists` (its
+    migrations ran again on the crawl's tables)."""
+    db, _ = crawled
+    damage(db, edit)
+    status, err = run_with(command, str(db))
+    one_line_error(status, err, f"{db} is damaged: {why}")
+
+
+def test_schema_version_emptied_in_postgresql(pg_url: PgUrl) -> None:
+    assert courtly("add-seeds", "http://127.0.0.1:9/", "--db", pg_url).status == 0
+    conninfo, schema = conninfo_and_schema(pg_url)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {schema}")
+        conn.execute("DELETE FROM schema_version")
+    for command in COMMANDS:
+        status, err = run_with(command, pg_url)
+        one_line_error(status, err, "is damaged: schema_version is empty")
+
+
 @pytest.mark.parametrize(("column", "value"), [
     ("sitemaps", "not json"), ("sitemaps", '{"a": 1}'), ("metadata", "[1]"),
     ("backoff_until", "soon"), ("backoff_level", "high"), ("robots_status", "ok"),

@@ -396,6 +396,11 @@ class PostgresSql(SqlStore):
             " WITHOUT_ROWID", ""
         )
 
+    def _has_table(self, name: str) -> bool:
+        query = ("SELECT 1 FROM information_schema.tables WHERE table_name = ? "
+                 "AND table_schema = current_schema()")
+        return self._x(query, (name,)).fetchone() is not None
+
     def _migrate(self) -> None:
         # one migrating process at a time: workers starting together all open the store
         with self._tx():

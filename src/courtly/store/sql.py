@@ -166,6 +166,10 @@ class SqlBase:
     def _ddl(self, statement: str) -> str:
         raise NotImplementedError
 
+    def _has_table(self, name: str) -> bool:
+        """Whether the crawl's schema has this table."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Close the connection."""
         raise NotImplementedError
@@ -218,8 +222,13 @@ class SqlBase:
         # outside a write transaction: when the table exists this takes no write lock, so
         # `stats` and `export` do not wait for a crawl's group commit to end
         self._x("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = self._x("SELECT version FROM schema_version").fetchone()
-        version = row[0] if row else 0
+        rows = self._x("SELECT version FROM schema_version").fetchall()
+        if len(rows) > 1:
+            raise StoreError(f"{self.path} is damaged: schema_version has {len(rows)} rows")
+        if not rows and self._has_table("origins"):  # its row deleted: not a new database
+            raise StoreError(f"{self.path} is damaged: schema_version is empty, yet the crawl's "
+                             "tables are there")
+        version = rows[0][0] if rows else 0
         if type(version) is not int or version < 0:
             raise StoreError(f"{self.path} is damaged: schema_version.version is {version!r}")
         if version > len(MIGRATIONS):

@@ -96,6 +96,10 @@ class SqliteStore(SqlStore):
                 self.rolled_back()
                 raise StoreError(_explain(exc, self.path)) from None
 
+    def _has_table(self, name: str) -> bool:
+        query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+        return self._x(query, (name,)).fetchone() is not None
+
     def _ddl(self, statement: str) -> str:
         """PostgreSQL's statements are not SQLite's (one machine: no partition column)."""
         if isinstance(statement, Postgres):
