@@ -6,6 +6,7 @@ fault was hit) and the crawl database (the exit code recorded for each URL).
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import itertools
 import os
@@ -333,6 +334,42 @@ def _prepare_guard(server: HostileServer, db: Path, local: str, other_loopback: 
         assert sorted(store.seed_origins()) == [server.origins["guard"]]
     finally:
         store.close()
+
+
+async def split_fold(conn: Conn, req: Request) -> None:
+    """A head whose obs-fold comes in the next packet: its line's end, then the rest."""
+    await conn.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nX-Robots-Tag: nofollow,\r\n")
+    await asyncio.sleep(0.05)
+    await conn.send(b"\tnoindex\r\nContent-Length: 6\r\nConnection: close\r\n\r\n<html>")
+
+
+def test_a_folded_header_is_unfolded(db: Path, tmp_path: Path) -> None:
+    """obs-fold (a header line continued on the next, RFC 9112 §5.2), which a user agent must
+    unfold: llhttp refuses it, and such responses were PROTOCOL_ERROR."""
+    links = "".join(f"<a href='{path}'>{path}</a>" for path in ("/noindex", "/split", "/flood"))
+    body = f"<html><title>caf\xe9</title>{links}</html>"
+    folded = {
+        "/": response("200 OK", {"Content-Type": "text/html;\r\n charset=iso-8859-1",
+                                 "Content-Length": str(len(body))}, body.encode("latin-1")),
+        # an empty first line (the value begins on the next), and a tab
+        "/noindex": response("200 OK", {"Content-Type": "text/html", "X-Robots-Tag":
+                                        "\r\n nofollow,\r\n\tnoindex", "Content-Length": "6"},
+                             b"<html>"),
+        "/split": split_fold,
+        # unfolded, its headers are over limits.max_header_count
+        "/flood": header_flood(150).replace(b"X-Flood-0: ", b"X-Flood-0:\r\n ", 1),
+    }
+    with HostileServer({"folded": routes(folded)}) as srv:
+        config = tmp_path / "c.toml"
+        config.write_text("[politeness]\nmin_delay = 0.0\n")
+        run = courtly("crawl", srv.url("folded"), "--db", db, "--config", config,
+                      "--progress", "off")
+    assert run.status == 0, run.err
+    found = {r["url"]: r for r in rows(db, "SELECT url, exit_code, content_type FROM candidates")}
+    assert {url: r["exit_code"] for url, r in found.items()} == {
+        srv.url("folded"): "OK", srv.url("folded", "/noindex"): "NOINDEX",
+        srv.url("folded", "/split"): "NOINDEX", srv.url("folded", "/flood"): "TOO_LARGE"}
+    assert found[srv.url("folded")]["content_type"] == "text/html; charset=iso-8859-1"
 
 
 def test_patience_runs_out_on_an_origin_that_always_fails(db: Path, tmp_path: Path) -> None:

@@ -138,6 +138,30 @@ class Decoder:
         return b"".join(out)
 
 
+#: an obs-fold (RFC 9112 §5.2): a header line's end followed by whitespace, with the whitespace
+#: about it
+_OBS_FOLD = re.compile(rb"[ \t]*\r\n[ \t]+")
+
+
+def unfold(data: bytes) -> bytes:
+    """The response heads in `data` (1xx interim ones, then the final one) with each obs-fold
+    replaced by one SP, as a user agent must (RFC 9112 §5.2; llhttp refuses them); the body as
+    it is. A line of whitespace right after the status line is no fold: it stays an error."""
+    out = []
+    start = 0
+    while (line := data.find(b"\r\n", start)) >= 0:
+        fields = line + 2  # the header lines, up to the blank line (or what came of them)
+        blank = data.find(b"\r\n\r\n", line)
+        fields_end, head_end = (len(data),) * 2 if blank < 0 else (max(blank, fields), blank + 4)
+        out += [data[start:fields], _OBS_FOLD.sub(b" ", data[fields:fields_end]),
+                data[fields_end:head_end]]
+        interim = data[start + 9:start + 10] == b"1"  # HTTP/1.1 1xx: another head follows
+        start = head_end
+        if not interim:
+            break
+    return b"".join(out) + data[start:]
+
+
 #: the parser of a closed connection: it calls nobody back
 _DETACHED = httptools.HttpResponseParser(object())
 
@@ -172,6 +196,7 @@ class Connection(asyncio.Protocol):
         self._truncate = truncate
         self._headers: dict[str, str] = {}
         self._raw: list[bytes] = []  # the header lines as received, in parts, for `head`
+        self._received: list[bytes] = []  # the bytes until the head's end (an obs-fold in it)
         self._reason = b""
         self._parts: list[bytes] = []
         self._decoder: Decoder | None = None
@@ -263,15 +288,31 @@ class Connection(asyncio.Protocol):
             self._fail(FetchError(ExitCode.TOO_LARGE, f"response head over {self._max_head} "
                                   "bytes (the limits on headers: count × line size)"))
             return
+        if not self.head_done:
+            self._received.append(data)
+        error = self._feed(data)
+        if error is not None and not self.head_done:  # an obs-fold in the head, perhaps
+            received = b"".join(self._received)
+            unfolded = unfold(received)
+            if unfolded != received:  # parsed again from the start, by a new parser
+                self._parser = httptools.HttpResponseParser(self)
+                self._headers, self._raw = {}, []
+                error = self._feed(unfolded)
+        if error is not None:
+            self._fail(error)
+
+    def _feed(self, data: bytes) -> FetchError | None:
+        """Parse these bytes; the error that ends the request, if they have one."""
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__
-            self._fail(cause if isinstance(cause, FetchError) else FetchError(
-                ExitCode.PROTOCOL_ERROR, f"bad response: {cause}"))
+            return cause if isinstance(cause, FetchError) else FetchError(
+                ExitCode.PROTOCOL_ERROR, f"bad response: {cause}")
         except httptools.HttpParserError as exc:  # also after a response: not reusable then
             where = "body" if self.head_done else "status line or headers"
-            self._fail(FetchError(ExitCode.PROTOCOL_ERROR, f"bad response {where}: {exc}"))
+            return FetchError(ExitCode.PROTOCOL_ERROR, f"bad response {where}: {exc}")
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -333,6 +374,7 @@ class Connection(asyncio.Protocol):
             self._raw = []
             return
         self.head_done = True  # the deadline is now the total (the timer reads it when due)
+        self._received = []
         headers = self._headers
         declared = headers.get("content-length")
         self._delimited = declared is not None or "chunked" in headers.get(
