@@ -291,7 +291,8 @@ def test_every_origin_finishes_with_the_fault_recorded(
     assert codes[latin1] == ["OK"] and codes[latin1 + "a"] == ["OK"]
     [validators] = rows(db, "SELECT etag, last_modified, content_type FROM candidates "
                             "WHERE url = ?", latin1)
-    assert validators == {"etag": '"\ufffdt"', "last_modified": "Mi, 05 M\ufffdr 2025 10:00:00 GMT",
+    # (a Last-Modified that is no HTTP-date is not kept: never sent as If-Modified-Since)
+    assert validators == {"etag": '"\ufffdt"', "last_modified": None,
                           "content_type": "text/html; charset=\ufffd"}
     assert codes[hostile.url("bad-gzip", "/files/data.gz")] == ["UNSUPPORTED_CONTENT"]
 

@@ -19,6 +19,7 @@ from courtly.store import OriginState
 URL = "http://a.test/page"
 CONFIG = CrawlConfig()
 NOW, WALL = 1000.0, 1_800_000_000.0
+LAST_MODIFIED = "Wed, 21 Oct 2015 07:28:00 GMT"
 SITEMAP = (b'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
            b"<url><loc>http://a.test/x</loc></url></urlset>")
 
@@ -37,8 +38,10 @@ def response(status: int, body: bytes = b"", **headers: str) -> HttpResponse:
                         0.01)
 
 
-def read(result: HttpResponse | FetchError, origin: OriginCrawler | None = None) -> outcome.Reading:
-    return outcome.read(URL, result, origin or crawler(), CONFIG, NOW, WALL, 1.0)
+def read(result: HttpResponse | FetchError, origin: OriginCrawler | None = None,
+         conditional: bool = True) -> outcome.Reading:
+    return outcome.read(URL, result, origin or crawler(), CONFIG, NOW, WALL, 1.0,
+                        conditional=conditional)
 
 
 @pytest.mark.parametrize(
@@ -71,6 +74,12 @@ def test_a_response_reads_as_its_exit_code(
     reading = read(resp)
     assert (reading.exit_code, reading.next, reading.detail) == (code, step, detail)
     assert (reading.pause is None) is (code is not ExitCode.HTTP_SERVER_ERROR)  # backing off
+
+
+def test_a_304_answers_a_conditional_request_only() -> None:
+    reading = read(response(304), conditional=False)
+    assert (reading.exit_code, reading.detail) == (
+        ExitCode.PROTOCOL_ERROR, "304 Not Modified to a request without validators")
 
 
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
@@ -274,3 +283,22 @@ def test_a_connection_is_kept_only_when_the_next_request_may_reuse_it(
     config = CrawlConfig.model_validate({"politeness": {"min_delay": min_delay},
                                          "limits": {"keep_alive": keep_alive}})
     assert outcome.keeps_alive(crawler(), config) is reuse
+
+
+@pytest.mark.parametrize(
+    ("headers", "stored", "kept"),
+    [
+        ({"etag": '"a"', "last-modified": LAST_MODIFIED}, None, ('"a"', LAST_MODIFIED)),
+        ({}, None, (None, None)),  # a new body without validators: none kept
+        ({"etag": '"b"'}, Candidate(1, URL, 0, etag='"a"', last_modified=LAST_MODIFIED),
+         ('"b"', LAST_MODIFIED)),  # a 304 updates what it names, keeps the rest
+        ({"last-modified": "yesterday"}, None, (None, None)),  # no HTTP-date
+        ({"last-modified": "Thu, 01 Jan 2099 00:00:00 GMT"}, None, (None, None)),  # future
+        ({"last-modified": LAST_MODIFIED, "date": "Tue, 20 Oct 2015 07:28:00 GMT"}, None,
+         (None, None)),  # later than the response's Date
+    ],
+)
+def test_the_validators_kept_from_a_response(
+    headers: dict[str, str], stored: Candidate | None, kept: tuple[str | None, str | None]
+) -> None:
+    assert outcome.kept_validators(headers, WALL, stored) == kept

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from email.utils import formatdate
 from pathlib import Path
 
 import pytest
@@ -201,3 +203,68 @@ def test_recrawl_config_keys(
     move_clock(monkeypatch, 120)  # two minutes later: only the error is due
     assert courtly("crawl", "--db", db, "--min-delay", "0", "--config", config).status == 0
     assert fetched_paths(site, "a")[5:] == ["/gone"]
+
+
+def misbehaving_site() -> dict[str, object]:
+    """Validators as real servers get them wrong; each page's first answer is a 200."""
+    future = formatdate(time.time() + 365 * DAY, usegmt=True)
+
+    def unasked(count: int) -> Page:  # 304 to every request, validators or not
+        return Page(b"", 304, {"ETag": '"u1"'})
+
+    def dropped(count: int) -> Page:  # an ETag, then a new body without one
+        headers = {"Content-Type": HTML} | ({"ETag": '"d1"'} if count == 0 else {})
+        return Page(html(f"Dropped {count}", []), headers=headers)
+
+    def renamed(count: int) -> Page:  # a 304 naming a new ETag (RFC 9111 §4.3.4)
+        if count == 0:
+            return Page(html("Renamed", []), headers={"Content-Type": HTML, "ETag": '"r1"'})
+        return Page(b"", 304, {"ETag": f'"r{count + 1}"'})
+
+    def dated(last_modified: str) -> Page:
+        return Page(html(last_modified, []),
+                    headers={"Content-Type": HTML, "Last-Modified": last_modified})
+
+    return {
+        "/": Page(html("Home", ["/unasked", "/dropped", "/renamed", "/future", "/garbage",
+                                "/both"])),
+        "/unasked": unasked,
+        "/dropped": dropped,
+        "/renamed": renamed,
+        "/future": dated(future),
+        "/garbage": dated("yesterday-ish"),
+        "/both": Page(html("Both", []), headers={
+            "Content-Type": HTML, "ETag": 'W/"b1"', "Last-Modified": LAST_MODIFIED}),
+    }
+
+
+@pytest.mark.parametrize(
+    "db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+def test_validators_kept_are_the_kept_bodys_and_a_304_answers_only_a_conditional_request(
+    serve, db: Path
+) -> None:
+    site = serve({"a": misbehaving_site()})
+    a = site.origins["a"]
+    assert courtly("crawl", a + "/", "--db", db, "--min-delay", "0").status == 0
+    for _ in range(2):
+        assert courtly("crawl", "--db", db, "--min-delay", "0", "--force-recrawl").status == 0
+    sent: dict[str, list[tuple[str | None, str | None]]] = {}
+    for hit in site.hits_for("a"):
+        sent.setdefault(hit.path, []).append(
+            (hit.headers.get("If-None-Match"), hit.headers.get("If-Modified-Since")))
+    cands = candidates(db)
+    # a 304 to a request that carried no validators confirms nothing: not NOT_MODIFIED
+    assert sent["/unasked"] == [(None, None)] * 3
+    unasked = cands[a + "/unasked"]
+    assert (unasked["exit_code"], unasked["etag"]) == ("PROTOCOL_ERROR", None)
+    assert unasked["detail"] == "304 Not Modified to a request without validators"
+    # a new body without an ETag: the old body's ETag is not sent again
+    assert sent["/dropped"] == [(None, None), ('"d1"', None), (None, None)]
+    # a 304's new ETag replaces the stored one, and is the one sent next
+    assert sent["/renamed"] == [(None, None), ('"r1"', None), ('"r2"', None)]
+    assert cands[a + "/renamed"]["etag"] == '"r3"'
+    # a Last-Modified in the future, or no HTTP-date, is not sent back as If-Modified-Since
+    assert sent["/future"] == sent["/garbage"] == [(None, None)] * 3
+    assert cands[a + "/future"]["last_modified"] is None
+    # both validators, a weak ETag as it came
+    assert sent["/both"][1:] == [('W/"b1"', LAST_MODIFIED)] * 2

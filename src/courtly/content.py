@@ -76,8 +76,6 @@ class ContentReader:
         action.http_status = resp.status
         action.content_type = headers.get("content-type")
         action.content_length = len(resp.body)
-        action.etag = headers.get("etag")
-        action.last_modified = headers.get("last-modified")
         action.redirect_target = reading.redirect_target
         step = reading.next
         if step is Next.PAGE:
@@ -96,6 +94,12 @@ class ContentReader:
                     self._sitemap(action, resp)
         if action.exit_code is ExitCode.NOT_MODIFIED:
             action.revisit_of = action.candidate.url
+        if action.content_hash is not None or action.exit_code is ExitCode.NOT_MODIFIED:
+            # the validators are the kept body's: a new one's replace them, a 304's update them
+            action.etag, action.last_modified = outcome.kept_validators(
+                headers, action.started,
+                action.candidate if action.content_hash is None else None)
+            action.revalidated = True
         kept = action.content or action.revisit_of
         if self.config.store_content and kept and action.exchange is None:
             # for WARC records (warc.py); a page's came compressed from the page worker

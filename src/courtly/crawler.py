@@ -275,9 +275,9 @@ class Crawler:
     def _outcome(self, crawler: OriginCrawler, action: CrawlAction, result: outcome.Answer,
                  now: float) -> outcome.Reading:
         """What the answer says: exit code, what to read of the body, the origin's pause."""
-        wall = clock.now()
+        wall, conditional = clock.now(), outcome.validators(action.candidate) is not None
         reading = outcome.read(action.candidate.url, result, crawler, self.config, now, wall,
-                               backoff_jitter(), action.candidate.request_url)
+                               backoff_jitter(), action.candidate.request_url, conditional)
         action.exit_code, action.detail = reading.exit_code, reading.detail
         if reading.again is not None:  # a redirect to itself: its Location asked next
             crawler.todo.insert(0, action.candidate.asked_as(reading.again))

@@ -131,8 +131,10 @@ class CrawlAction:
     detail: str | None = None
     content_type: str | None = None
     content_length: int | None = None
+    #: the validators the candidate keeps, when `revalidated` (else its stored ones stay)
     etag: str | None = None
     last_modified: str | None = None
+    revalidated: bool = False
     content_hash: str | None = None
     content: bytes | None = None  # the body zstd-compressed (analysis.compress), when kept
     #: the request head as sent and the response head as received, in one zstd frame

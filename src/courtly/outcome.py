@@ -15,6 +15,7 @@ Each reads the origin crawler it is given and never changes it: the loop applies
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum, auto
 
@@ -42,6 +43,7 @@ from courtly.scheduler import (
     backoff,
     delay_for,
     effective_crawl_delay,
+    http_date,
     retry_after_seconds,
 )
 from courtly.urls import normalize, resolve
@@ -90,6 +92,25 @@ def validators(candidate: Candidate) -> dict[str, str] | None:
     if candidate.last_modified:
         headers["If-Modified-Since"] = candidate.last_modified
     return headers
+
+
+def kept_validators(
+    headers: Mapping[str, str], wall: float, stored: Candidate | None = None
+) -> tuple[str | None, str | None]:
+    """The ETag and Last-Modified a candidate keeps from a response (wall: when it came): a new
+    body's own; a 304's updating the `stored` ones (RFC 9111 §4.3.4). A Last-Modified that is no
+    HTTP-date, or later than the response's Date (else than `wall`), is not kept: sent back as
+    If-Modified-Since it would make a server comparing dates answer 304 to every later change."""
+    etag = headers.get("etag") or None
+    modified = headers.get("last-modified") or None
+    if modified is not None:
+        when, sent = http_date(modified), http_date(headers.get("date"))
+        if when is None or when > (wall if sent is None else sent):
+            modified = None
+    if stored is not None:
+        etag = etag or stored.etag
+        modified = modified or stored.last_modified
+    return etag, modified
 
 
 def ending(crawler: OriginCrawler, config: CrawlConfig) -> Ending | None:
@@ -141,6 +162,9 @@ _FILE = Reading(ExitCode.UNSUPPORTED_CONTENT, Next.FILE)
 _SITEMAP = Reading(ExitCode.UNSUPPORTED_CONTENT, Next.SITEMAP)
 _NOT_MODIFIED = Reading(ExitCode.NOT_MODIFIED)
 _CLIENT_ERROR = Reading(ExitCode.HTTP_CLIENT_ERROR)
+#: a 304 to a request without validators: nothing stored is confirmed (RFC 9110 §15.4.5)
+_UNASKED_304 = Reading(ExitCode.PROTOCOL_ERROR,
+                       detail="304 Not Modified to a request without validators")
 
 
 def read(
@@ -152,12 +176,14 @@ def read(
     wall: float,
     jitter: float,
     asked: str | None = None,
+    conditional: bool = False,
 ) -> Reading:
     """The exit code of a response by its status and type, or of a fetch error.
 
     now / wall: the monotonic and the wall-clock time of the answer; jitter: the backoff's
     random factor (scheduler.backoff_jitter); asked: the URL requested, when not url (the
-    Location of url's redirect to itself).
+    Location of url's redirect to itself); conditional: the request carried validators (a
+    304 answers nothing else).
     """
     if isinstance(result, FetchError):
         if result.exit_code in BACKS_OFF:  # the server failed: the origin backs off
@@ -185,7 +211,7 @@ def read(
             return _to_itself(url, location, asked)
         return Reading(ExitCode.REDIRECT, Next.REDIRECT, redirect_target=target)
     if status == 304:
-        return _NOT_MODIFIED
+        return _NOT_MODIFIED if conditional else _UNASKED_304
     if status >= 600 or 300 <= status < 400 or status < 200:
         return Reading(ExitCode.PROTOCOL_ERROR, detail=f"unexpected status {status}")
     if status >= 400:

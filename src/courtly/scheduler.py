@@ -487,13 +487,20 @@ def retry_after_seconds(value: str | None, now_wall: float) -> float | None:
     value = value.strip()
     if value.isascii() and value.isdigit():  # delay-seconds is ASCII digits ("²" is a digit)
         return float(value)
+    when = http_date(value)
+    return None if when is None else max(0.0, when - now_wall)
+
+
+def http_date(value: str | None) -> float | None:
+    """An HTTP-date (Retry-After, Date, Last-Modified) as seconds since the epoch; None when it
+    is none."""
+    if not value:
+        return None
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    if when is None:
-        return None
-    return max(0.0, float(when.timestamp()) - now_wall)
+    return None if when is None else float(when.timestamp())
 
 
 def backoff(

@@ -423,7 +423,8 @@ class SqlRecords(NearDupIndex, SqlReads):
     _CRAWLED = Keyed(
         "UPDATE candidates SET state = ?, taken_run = ?, attempts = 0, "
         "last_crawl = ?, next_due = ?, exit_code = ?, http_status = ?, "
-        "etag = COALESCE(?, etag), last_modified = COALESCE(?, last_modified), "
+        "etag = CASE WHEN ? THEN ? ELSE etag END, "
+        "last_modified = CASE WHEN ? THEN ? ELSE last_modified END, "
         "content_hash = COALESCE(?, content_hash), content_type = ?, "
         "content_length = ?, redirect_target = ?, canonical = ?, duplicate_of = ?, "
         "detail = ?, recrawl_interval = ? WHERE id = ?[[ AND part = ? AND url = ?]]")
@@ -507,7 +508,8 @@ class SqlRecords(NearDupIndex, SqlReads):
             self._x(
                 self._CRAWLED,
                 (str(state), run, action.started, action.next_due, str(action.exit_code),
-                 action.http_status, action.etag, action.last_modified,
+                 action.http_status, action.revalidated, action.etag, action.revalidated,
+                 action.last_modified,
                  action.content_hash, action.content_type, action.content_length,
                  action.redirect_target, action.canonical, action.duplicate_of,
                  action.detail, action.recrawl_interval) + self._candidate_key(c, part),
