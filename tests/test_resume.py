@@ -81,6 +81,34 @@ def test_kill_9_then_resume_completes_every_page_once(
         assert rows(db, "PRAGMA integrity_check")[0]["integrity_check"] == "ok"
 
 
+def test_a_forced_recrawl_killed_and_resumed_without_the_flag_recrawls_what_it_left(
+    serve, db: Path, tmp_path: Path
+) -> None:
+    """--force-recrawl makes every URL due in the database: the resume, a plain `crawl`,
+    recrawls the pages the killed run had not reached (they were waiting for their own due
+    time, 7 days away), and none it had."""
+    site = serve({"a": chain_site("a"), "b": chain_site("b")})
+    first_run = courtly("crawl", site.url("a"), site.url("b"), "--db", db, "--min-delay", "0")
+    assert first_run.status == 0, first_run.err
+    first = {name: len(fetched_paths(site, name)) for name in ("a", "b")}
+    total = 2 * (PAGES + 1)
+    config = tmp_path / "crawl.toml"
+    config.write_text("commit_interval = 0\n")  # each action seen as it is recorded
+    proc = courtly_process("crawl", "--db", db, "--force-recrawl", "--min-delay", "0.05",
+                           "--config", config, "--progress", "off")
+    wait_for_actions(db, total + 30)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert len(rows(db, "SELECT id FROM crawl_log")) < 2 * total  # killed mid-way
+
+    resumed = courtly("crawl", "--db", db, "--min-delay", "0.01")
+    assert resumed.status == 0, resumed.err
+    for name in ("a", "b"):
+        paths = Counter(fetched_paths(site, name)[first[name]:])
+        assert len(paths) == PAGES + 1, name  # every page recrawled
+        assert sum(n - 1 for n in paths.values()) <= 1  # but the one in flight, once
+
+
 def test_a_group_of_writes_is_committed_once_it_is_commit_interval_old(tmp_path: Path) -> None:
     """The crawler's housekeeping calls flush(commit_interval) twice a second: a younger group
     stays open (other connections do not see it yet), an old enough one is committed."""

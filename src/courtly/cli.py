@@ -67,7 +67,7 @@ def crawl_options(func: F) -> F:
         ),
         click.option("--concurrency", type=int, help="Origins crawled at once."),
         click.option(
-            "--force-recrawl", is_flag=True, default=None, help="Treat every URL as due."
+            "--force-recrawl", is_flag=True, default=None, help="Make every known URL due now."
         ),
         click.option(
             "--progress", type=click.Choice(["auto", "live", "log", "off"]),

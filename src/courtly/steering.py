@@ -64,9 +64,12 @@ class Steering:
     async def begin(self) -> int:
         """The run this crawl records its actions in (a fleet's: joined on the database
         thread), and the first origin crawlers: the configured origins (a fleet's: `follow`)."""
-        if self.fleet is not None:
-            return await self.db.call(self.fleet.join)
-        run = await self.db.call(self.store.begin_run)
+        fleet = self.fleet
+        run = await self.db.call(self.store.begin_run if fleet is None else fleet.join)
+        if self.config.force_recrawl:  # kept: a resume without the flag recrawls what is left
+            await self.db.call(self.store.make_due, clock.now())
+        if fleet is not None:
+            return run
         for origin in self.origins:
             self.add(origin, await self.db.load_origin(origin))
         return run

@@ -76,6 +76,11 @@ class Store(Protocol):
         """Resume the unfinished run, or start a new one; returns its id."""
         ...
 
+    def make_due(self, now: float) -> None:
+        """Every crawled candidate due by `now` (--force-recrawl), kept so: a resumed run
+        without the flag recrawls what a stopped one left."""
+        ...
+
     def finish_run(self, run: int) -> None:
         """Mark the run finished: the next invocation starts a new one."""
         ...

@@ -306,6 +306,11 @@ class SqlBase:
             ).fetchone()
             return int(row[0])
 
+    def make_due(self, now: float) -> None:
+        with self._tx():
+            self._x("UPDATE candidates SET next_due = ? WHERE state IN ('CRAWLED', 'ERROR') "
+                    "AND next_due > ?", (now, now))
+
     def finish_run(self, run: int) -> None:
         with self._tx():
             self._x("UPDATE runs SET finished = ? WHERE id = ?", (clock.now(), run))
