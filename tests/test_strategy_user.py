@@ -5,6 +5,10 @@ Kept in its own module so that it can be imported by name, as a user's own modul
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from typing import Any, TextIO
 
 from courtly.model import LinkState
@@ -27,7 +31,7 @@ class Topical(CrawlingStrategy):
         self.relevant = 0
 
     def read_seeds(self, stream: TextIO) -> None:
-        """Seeds the database already knows are not scheduled again."""
+        """Seeds the database already crawled are not scheduled again."""
         requests = [self.create_request(line.strip()) for line in stream if line.strip()]
         self.refresh_states(requests)
         for request in requests:
@@ -93,3 +97,119 @@ class RaisesWhenAskedIfFinished(CrawlingStrategy):
     def finished(self) -> bool:
         """Fail after the first crawl action."""
         raise RuntimeError("cannot tell")
+
+
+class InitLikeFrontera(CrawlingStrategy):
+    """Frontera's constructor signature, not courtly's."""
+
+    def __init__(self, manager: Any, args: Any, scheduled_stream: Any, states_context: Any
+                 ) -> None:
+        super().__init__(None, args)
+
+
+class NoSuperInit(CrawlingStrategy):
+    """An __init__ that forgets super().__init__."""
+
+    def __init__(self, context: StrategyContext | None = None,
+                 args: dict[str, Any] | None = None) -> None:
+        self.seen = 0
+
+
+class SchedulesNothing(CrawlingStrategy):
+    """read_seeds schedules none of the seeds."""
+
+    def read_seeds(self, stream: TextIO) -> None:
+        """Ignore them."""
+
+
+class SchedulesAString(CrawlingStrategy):
+    """schedule() given a URL, not a Request."""
+
+    def links_extracted(self, request: Request, links: list[Request]) -> None:
+        """The mistake."""
+        for link in links:
+            self.schedule(link.url, 0.5)  # type: ignore[arg-type]
+
+
+class SchedulesNoScore(CrawlingStrategy):
+    """schedule() given a score that is no number."""
+
+    def links_extracted(self, request: Request, links: list[Request]) -> None:
+        """The mistake."""
+        for link in links:
+            self.schedule(link, None)  # type: ignore[arg-type]
+
+
+class FiltersToNone(CrawlingStrategy):
+    """filter_extracted_links that forgets to return."""
+
+    def filter_extracted_links(self, request: Request, links: list[Request]) -> list[Request]:
+        """The mistake."""
+        return None  # type: ignore[return-value]
+
+
+class FailsOnErrors(CrawlingStrategy):
+    """request_error raises."""
+
+    def request_error(self, request: Request, error: str) -> None:
+        """The bug."""
+        raise ValueError(f"cannot handle {error}")
+
+
+class KeepsASet(CrawlingStrategy):
+    """Domain metadata that JSON cannot hold."""
+
+    def page_crawled(self, response: Response) -> None:
+        """The mistake."""
+        self.domain_metadata[origin_of(response.request.url)]["seen"] = {response.request.url}
+
+
+class SchedulesFromAThread(CrawlingStrategy):
+    """Calls schedule() from a thread of its own; keeps what that raised in the metadata."""
+
+    def page_crawled(self, response: Response) -> None:
+        """Schedule /from-thread from another thread."""
+        errors: list[str] = []
+
+        def work() -> None:
+            try:
+                self.schedule(self.create_request(response.url + "from-thread", 1), 1.0)
+            except RuntimeError as exc:
+                errors.append(str(exc))
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        self.domain_metadata[origin_of(response.url)]["thread"] = errors
+
+
+class FronteraStyle(CrawlingStrategy):
+    """Frontera's documented calls: refresh_states(one request), response.url and .meta."""
+
+    def read_seeds(self, stream: TextIO) -> None:
+        """As Frontera's BreadthFirstCrawlingStrategy does."""
+        for line in stream:
+            req = self.create_request(line.strip(), meta={b"depth": 0})
+            self.refresh_states(req)
+            if req.state is LinkState.NOT_CRAWLED:
+                self.schedule(req)
+
+    def page_crawled(self, response: Response) -> None:
+        """Count by response.url; meta is the request's."""
+        meta = self.domain_metadata[origin_of(response.url)]
+        meta["pages"] = meta.get("pages", 0) + 1
+        response.meta[b"state"] = "mine"
+
+
+class CountsThenDies(CrawlingStrategy):
+    """Counts pages in the domain metadata; blocks on /slow (a group commit falls due as its
+    action is recorded) and kills its own process on /die."""
+
+    def page_crawled(self, response: Response) -> None:
+        """Count, block, or die."""
+        if response.url.endswith("/die"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        meta = self.domain_metadata[origin_of(response.url)]
+        meta["pages"] = meta.get("pages", 0) + 1
+        if response.url.endswith("/slow"):
+            time.sleep(float(self.args.get("sleep", 2.5)))

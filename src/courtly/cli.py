@@ -267,7 +267,8 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
     if seeds:
         inject_seeds(store, config, seeds)
     if not store.configured_origins() and not continuous:
-        fail("the crawl database has no origins: give seed URLs")
+        fail(f"no seed became a crawl candidate: strategy {config.strategy!r} scheduled none"
+             if seeds else "the crawl database has no origins: give seed URLs")
     try:
         strategy = load_strategy(config.strategy, args=config.strategy_args)
     except StrategyError as exc:

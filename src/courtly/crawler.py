@@ -20,8 +20,8 @@ from courtly.content import ContentReader
 from courtly.errors import describe
 from courtly.fetch import Fetcher, FetchError, HttpResponse, LocalError
 from courtly.gate import Gate
-from courtly.links import Links, request_of
-from courtly.model import COMPLETED, Candidate, CrawlAction, ExitCode
+from courtly.links import Links
+from courtly.model import Candidate, CrawlAction, ExitCode
 from courtly.pageworker import SentPage
 from courtly.robots_cache import RobotsCache
 from courtly.scheduler import (
@@ -67,11 +67,12 @@ class Crawler:
         self.fetcher: Fetcher
         self._opened: set[str] = set()  # origins whose strategy.origin_opened was called
         self.robots = RobotsCache(config, self.db)
+        context = StoreContext(StrategyStore(self.db), self.turns.live_state)
+        strategy.bind(context)
         self.links = Links(strategy, self.db, self.steering.policy, config.normalize,
-                           self.steering.admit)
+                           self.steering.admit, context)
         self.content = ContentReader(config, self.db, strategy, self.links)
         self._read_beside = not strategy.has_goal()  # else asked before each request, as it was
-        strategy.bind(StoreContext(StrategyStore(self.db), self.turns.live_state))
         self.warc = CrawlArchive.of(config.warc, store, lambda exc: self._stop_for(None, exc))
 
     async def run(self) -> CrawlStats:
@@ -115,9 +116,10 @@ class Crawler:
                 self.strategy.close()
             except StoreError:
                 raise
-            except Exception as exc:  # the strategy's bug: one line, exit status 1
-                text = f"internal error: strategy close(): {describe(exc)}"
-                self.stats.stop = Stop(StopKind.INTERNAL_ERROR, text)
+            except Exception as exc:  # the strategy's bug: one line (the first), exit status 1
+                if not self.stats.stop.failed:
+                    text = f"internal error: strategy close(): {describe(exc)}"
+                    self.stats.stop = Stop(StopKind.INTERNAL_ERROR, text)
             await self.db.flush()  # what the strategy saved
         finally:
             self.db.close()
@@ -317,17 +319,13 @@ class Crawler:
         if settled.reset_backoff:
             crawler.state.backoff_until, crawler.state.backoff_level = 0.0, 0
             action.origin_state = crawler.state
-        if action.exit_code not in COMPLETED and not action.retry:
-            self.strategy.request_error(request_of(action.candidate), str(action.exit_code))
-        if not action.links:
-            action.links = self.links.scheduled()
+        self.links.ended(action, crawler.state)  # request_error, what was scheduled, metadata
         if settled.recrawl_interval is not None:
             action.recrawl_interval = settled.recrawl_interval
             action.next_due = action.started + settled.recrawl_interval
         await self.db.record(action, self.run_id)
         if self.warc is not None:
             self.warc.recorded(self.db, action)
-        self.strategy.domain_metadata.flush()
         self.stats.recorded(action, budgeted)  # ORIGIN_GIVEN_UP costs no --max-actions budget
         self._spent()  # now, not when this origin's next turn comes
 

@@ -7,14 +7,19 @@ give a new origin in scope its crawler, or wake one that had run out of work.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection
 
 from courtly.config import Normalize
-from courtly.model import Candidate, CrawlAction, Link, LinkState
+from courtly.errors import describe
+from courtly.model import COMPLETED, Candidate, CrawlAction, Link, LinkState, OriginState
 from courtly.policy import Policy
+from courtly.store import StoreError
 from courtly.store.database import Database
-from courtly.strategy import CrawlingStrategy, Request, breadth_first_score
+from courtly.strategy import CrawlingStrategy, Request, StrategyContext, breadth_first_score
 from courtly.urls import normalize, origin_of
+
+log = logging.getLogger("courtly")
 
 #: called with each scheduled URL and its origin before it becomes a Link
 Admit = Callable[[str, str], None]
@@ -30,9 +35,10 @@ class Links:
 
     def __init__(
         self, strategy: CrawlingStrategy, db: Database, policy: Policy, rules: Normalize,
-        admit: Admit,
+        admit: Admit, context: StrategyContext,
     ) -> None:
         self.strategy = strategy
+        self.context = context  # the one the strategy is bound to
         self.db = db
         self.policy = policy  # rescoped in place when a fleet's seeds are added (steering.py)
         self.rules = rules
@@ -95,9 +101,35 @@ class Links:
         """
         request = request_of(action.candidate)
         kept = self.strategy.filter_extracted_links(request, links)
+        if not isinstance(kept, list | tuple):
+            raise TypeError("filter_extracted_links() must return a list of Requests, not "
+                            f"{type(kept).__name__}")
+        kept = list(kept)
         self.strategy.refresh_states(kept)
         self.strategy.links_extracted(request, kept)
         action.links.extend(self.scheduled({r.url for r in links} if vetted else ()))
+
+    def ended(self, action: CrawlAction, state: OriginState) -> None:
+        """A crawl action about to be recorded: the strategy hears of its error (a handler that
+        raises is a warning line: the action keeps its exit code), and the domain metadata it
+        changed is written, its origin's with the action (one transaction)."""
+        if action.exit_code not in COMPLETED and not action.retry:
+            try:
+                self.strategy.request_error(request_of(action.candidate), str(action.exit_code))
+            except StoreError:
+                raise
+            except Exception as exc:
+                log.warning("internal error on %s: strategy request_error(): %s",
+                            action.candidate.url, describe(exc))
+        if not action.links:
+            action.links = self.scheduled()
+        changed = self.strategy.domain_metadata.changed()
+        own = changed.pop(action.origin, None)
+        if own is not None:
+            state.metadata = own
+            action.origin_state = state
+        for origin, data in changed.items():
+            self.context.save_metadata(origin, data)
 
     def scheduled(self, vetted: Collection[str] = ()) -> list[Link]:
         """What the strategy scheduled since last asked, normalized and in scope."""

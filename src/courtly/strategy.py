@@ -10,8 +10,13 @@ mapping of origin → dict. See docs/strategies.md.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import logging
+import math
+import os
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TextIO
@@ -51,6 +56,16 @@ class Response:
     headers: dict[str, str]
     body: bytes
     title: str | None = None
+
+    @property
+    def url(self) -> str:
+        """The request's URL (Frontera's Response.url)."""
+        return self.request.url
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The request's meta (Frontera's Response.meta)."""
+        return self.request.meta
 
 
 @dataclass(slots=True)
@@ -191,16 +206,28 @@ class DomainMetadata(MutableMapping[str, dict[str, Any]]):
     def __len__(self) -> int:
         return len(self._cache)
 
+    def changed(self) -> dict[str, dict[str, Any]]:
+        """The entries changed since they were loaded or saved, from now on counted as saved:
+        the caller writes them (a value that is not JSON raises TypeError naming its origin)."""
+        out = {}
+        for origin, data in self._cache.items():
+            try:
+                text = json.dumps(data, sort_keys=True)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"domain_metadata[{origin!r}] cannot be saved: {exc} "
+                                "(JSON values only: dict, list, str, int, float, bool, None)"
+                                ) from None
+            if text != self._saved.get(origin):
+                out[origin] = data
+                self._saved[origin] = text
+        return out
+
     def flush(self) -> int:
         """Save the entries that changed since they were loaded or saved; returns how many."""
-        saved = 0
-        for origin, data in self._cache.items():
-            text = json.dumps(data, sort_keys=True)
-            if text != self._saved.get(origin):
-                self._context.save_metadata(origin, data)
-                self._saved[origin] = text
-                saved += 1
-        return saved
+        changed = self.changed()
+        for origin, data in changed.items():
+            self._context.save_metadata(origin, data)
+        return len(changed)
 
 
 def breadth_first_score(depth: int) -> float:
@@ -227,11 +254,14 @@ class CrawlingStrategy:
         self.args: dict[str, Any] = dict(args or {})
         self.domain_metadata = DomainMetadata(self.context)
         self.scheduled: list[Scheduled] = []
+        self._thread: int | None = None  # the crawl's thread, once bound
 
     def bind(self, context: StrategyContext) -> None:
-        """Attach the crawler's context (the crawler calls this before the first event)."""
+        """Attach the crawler's context (the crawler calls this before the first event, on the
+        thread that runs the crawl: the helpers refuse to be called from another)."""
         self.context = context
         self.domain_metadata = DomainMetadata(context)
+        self._thread = threading.get_ident()
 
     # -- events (Frontera names) ---------------------------------------------------------
     def read_seeds(self, stream: TextIO) -> None:
@@ -270,18 +300,36 @@ class CrawlingStrategy:
 
     # -- helpers -------------------------------------------------------------------------
     def schedule(self, request: Request, score: float = 1.0, dont_queue: bool = False) -> None:
-        """Queue a request with a score in [0, 1] (dont_queue: update the score only)."""
+        """Queue a request with a score in [0, 1], a score outside it clamped to it
+        (dont_queue: update the score only)."""
+        self._on_crawl_thread("schedule")
+        if not isinstance(request, Request):
+            raise TypeError("schedule() takes a Request (an event's, or create_request(url)), "
+                            f"not {type(request).__name__} {request!r:.80}")
+        if isinstance(score, bool) or not isinstance(score, int | float) or math.isnan(score):
+            raise TypeError(f"schedule(): the score must be a number in [0, 1], not {score!r:.80}")
         self.scheduled.append(Scheduled(request, max(0.0, min(1.0, score)), dont_queue))
 
     def create_request(
         self, url: str, depth: int = 0, meta: dict[str, Any] | None = None
     ) -> Request:
         """A new request; its state is None until `refresh_states`."""
+        if not isinstance(url, str):
+            raise TypeError(f"create_request(): the URL must be a str, not {url!r:.80}")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise TypeError("create_request(url, depth=0, meta=None): the depth must be an int "
+                            f">= 0, not {depth!r:.80}")
         return Request(url, depth, meta=dict(meta or {}))
 
-    def refresh_states(self, requests: Iterable[Request]) -> None:
-        """Fill request.state from the crawl database (unknown URLs are NOT_CRAWLED)."""
-        batch = list(requests)
+    def refresh_states(self, requests: Iterable[Request] | Request) -> None:
+        """Fill request.state from the crawl database (unknown URLs are NOT_CRAWLED), for a
+        batch of requests or one (as Frontera's)."""
+        self._on_crawl_thread("refresh_states")
+        batch = [requests] if isinstance(requests, Request) else list(requests)
+        wrong = next((r for r in batch if not isinstance(r, Request)), None)
+        if wrong is not None:
+            raise TypeError(f"refresh_states() takes Requests, not {type(wrong).__name__} "
+                            f"{wrong!r:.80}")
         known = self.context.states([r.url for r in batch])
         for r in batch:
             state = known.get(r.url)
@@ -302,6 +350,12 @@ class CrawlingStrategy:
         """Whether finished() is this strategy's own: the crawl then asks it after each crawl
         action is recorded and before the origin's next request (no request beside a record)."""
         return type(self).finished is not CrawlingStrategy.finished or "finished" in vars(self)
+
+    def _on_crawl_thread(self, helper: str) -> None:
+        """A helper called from a thread of the strategy's own would race with the crawl."""
+        if self._thread is not None and threading.get_ident() != self._thread:
+            raise RuntimeError(f"{helper}() called from another thread: call the strategy's "
+                               "helpers from its event handlers, on the crawl's thread")
 
     def take_scheduled(self) -> list[Scheduled]:
         """Hand the scheduled requests to the crawler (and forget them)."""
@@ -416,10 +470,22 @@ def load_strategy(
 ) -> CrawlingStrategy:
     """A built-in name, or 'module:Class' naming a CrawlingStrategy subclass."""
     cls = BUILTIN.get(spec) or _import_strategy(spec)
+    signature = inspect.signature(cls)
     try:
-        return cls(context, args)
+        signature.bind(context, args)
+    except TypeError:
+        raise StrategyError(
+            f"cannot create strategy {spec!r}: {cls.__name__}.__init__ takes "
+            f"({', '.join(signature.parameters)}); a strategy's takes (context=None, args=None) "
+            "and calls super().__init__(context, args) (docs/strategies.md)") from None
+    try:
+        strategy = cls(context, args)
     except Exception as exc:
-        raise StrategyError(f"cannot create strategy {spec!r}: {exc}") from None
+        raise StrategyError(f"cannot create strategy {spec!r}: {describe(exc)}") from None
+    if not isinstance(vars(strategy).get("scheduled"), list):
+        raise StrategyError(f"cannot create strategy {spec!r}: {cls.__name__}.__init__ does not "
+                            "call super().__init__(context, args)")
+    return strategy
 
 
 def _import_strategy(spec: str) -> type[CrawlingStrategy]:
@@ -427,6 +493,8 @@ def _import_strategy(spec: str) -> type[CrawlingStrategy]:
     if not class_name or not module_name:
         names = ", ".join(sorted(BUILTIN))
         raise StrategyError(f"unknown strategy {spec!r} (built-in: {names}; or module:Class)")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # the `courtly` script's path has
+        sys.path.append(os.getcwd())  # its own directory, not the user's: theirs, last
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except Exception as exc:  # no such module or class, or the module fails (SyntaxError, …)
