@@ -17,8 +17,8 @@ from tests.pgserver import PgUrl
 PARTS = 8
 URL = "http://a.example/p/7.html"
 #: a crawl action's candidate update and retry, as the database thread sends their rows
-CRAWLED = ("CRAWLED", 1, 1e9, 2e9, "OK", 200, None, None, "0f" * 16, "text/html", 5000, None,
-           None, None, None, 86400.0)
+CRAWLED = ("CRAWLED", 1, 1e9, 2e9, "OK", 200, True, None, True, None, "0f" * 16, "text/html",
+           5000, None, None, None, None, 86400.0)
 RETRY = ("RATE_LIMITED", 503, "Retry-After: 60")
 
 
