@@ -404,6 +404,47 @@ def test_an_immediate_meta_refresh_is_a_redirect(serve, db: Path) -> None:
         site.url("one", "/away"): elsewhere}
 
 
+def test_an_immediate_refresh_header_is_a_redirect(serve, db: Path) -> None:
+    """A `Refresh: 0; url=/other` response header, which browsers obey as they obey a meta
+    refresh, was ignored: the page kept, the file fingerprinted, /other never crawled. It is now
+    a redirect for a page and for a file alike (detail "Refresh header after N s"), read by the
+    meta refresh's parser, before a meta refresh in the body; a longer delay, or a refresh of
+    the response itself, is not one."""
+    site = serve({"one": {}})
+    refreshes = {"/page": ("text/html", "0; url=/t1"), "/file": ("application/pdf", "2,/t2"),
+                 "/both": ("text/html", "0;URL='/t3'"), "/slow": ("text/html", "6; url=/t4"),
+                 "/reload": ("text/plain", "0"), "/self": ("text/html", "1; url=/self")}
+    site.sites["one"].update({
+        "/": Page(html("Home", list(refreshes))),
+        **{path: Page(html("Moved", [path + "-link"],
+                           '<meta http-equiv="refresh" content="0; url=/meta">'
+                           if path == "/both" else ""),
+                      headers={"Content-Type": kind, "Refresh": value})
+           for path, (kind, value) in refreshes.items()},
+        **{f"/t{i}": Page(html(f"T{i}", [])) for i in range(1, 5)},
+        "/meta": Page(html("Meta", [])),
+    })
+    run = courtly("crawl", site.url("one"), "--db", db, "--min-delay", "0")
+    assert run.status == 0, run.err
+    cands = candidates(db)
+    moved = {"/page": ("/t1", 0), "/file": ("/t2", 2), "/both": ("/t3", 0)}
+    for path, (target, delay) in moved.items():
+        record = cands[site.url("one", path)]
+        assert (record["exit_code"], record["redirect_target"], record["detail"]) == (
+            "REDIRECT", site.url("one", target), f"Refresh header after {delay} s"), record
+        assert cands[site.url("one", target)]["exit_code"] == "OK"
+    assert {path: cands[site.url("one", path)]["exit_code"]
+            for path in ("/slow", "/reload", "/self")} == {
+        "/slow": "OK", "/reload": "UNSUPPORTED_CONTENT", "/self": "OK"}
+    fetched = set(fetched_paths(site, "one"))
+    assert {path for path in fetched if path.endswith("-link")} == {"/slow-link", "/self-link"}
+    assert "/t4" not in fetched and "/meta" not in fetched
+    redirects = {r["url"]: r["target"] for r in rows(db, "SELECT url, target FROM redirects")}
+    assert redirects == {site.url("one", p): site.url("one", t) for p, (t, _) in moved.items()}
+    stored = {r["url"] for r in rows(db, "SELECT url FROM content")}
+    assert not stored & {site.url("one", path) for path in moved}
+
+
 def test_a_page_is_kept_when_its_canonical_url_never_will_be(serve, db: Path) -> None:
     """Two pages naming each other as canonical were both NOT_CANONICAL, and a page whose
     canonical URL robots.txt disallows was dropped for a URL never fetched: the site's content

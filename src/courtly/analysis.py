@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import zstandard
 
-from courtly.parse import link_canonical, parse_html, robots_directives
+from courtly.parse import link_canonical, parse_html, refresh_redirect, robots_directives
 from courtly.urls import NormalizeRules, Rules, authority_key, normalize, normalize_links
 
 LENGTH = 4  # bytes of the little-endian length before each message
@@ -38,10 +38,6 @@ _ZSTD = zstandard.ZstdCompressor(level=1)
 STORED_EXCHANGE = 1024
 #: a zstd frame's magic number and header descriptor: one segment, its size in 4 bytes (RFC 8878)
 _STORED_FRAME = b"\x28\xb5\x2f\xfd\xa0"
-#: a `<meta http-equiv="refresh">` to another URL within this many seconds is a redirect (a
-#: page that says "you are being redirected" for a few seconds first is one too); a longer one
-#: is a page of its own, as is a refresh of the page itself
-MAX_REFRESH_DELAY = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +66,7 @@ class PageAnalysis:
     #: the link element's and the Link header's canonical URLs when they name different ones:
     #: neither is followed, the page is kept as its own
     canonicals: tuple[str, str] | None = None
-    #: a meta refresh to another URL within MAX_REFRESH_DELAY: its normalized URL and delay
+    #: a meta refresh to another URL within parse.MAX_REFRESH_DELAY: its normalized URL and delay
     #: (the page is a redirect: nothing else is read)
     refresh: tuple[str, int] | None = None
     #: read no further than its canonical URL, of its own origin (analyse_page's `own`)
@@ -125,12 +121,9 @@ def analyse_page(
     out = PageAnalysis(noindex | page.noindex, nofollow | page.nofollow, title=page.title)
     opts = settings.normalize
     base = (normalize(page.base, url, opts) if page.base else None) or url
-    if page.refresh is not None:
-        delay, target = page.refresh
-        to = normalize(target, base, opts) if target is not None else None
-        if to is not None and to != url and delay <= MAX_REFRESH_DELAY:
-            out.refresh = to, delay
-            return out
+    if (redirect := refresh_redirect(page.refresh, base, url, opts)) is not None:
+        out.refresh = redirect
+        return out
     element = normalize(page.canonical, base, opts) if page.canonical else None
     header = header_canonical(url, link, opts)
     if element and header and element != header:

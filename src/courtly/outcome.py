@@ -33,6 +33,7 @@ from courtly.model import (
     LinkState,
     link_state,
 )
+from courtly.parse import refresh, refresh_redirect
 from courtly.policy import Policy, ShapeBudget
 from courtly.recrawl import interval
 from courtly.robots import RobotsRules
@@ -216,6 +217,11 @@ def read(
         return Reading(ExitCode.PROTOCOL_ERROR, detail=f"unexpected status {status}")
     if status >= 400:
         return _CLIENT_ERROR
+    if (header := result.headers.get("refresh")) is not None:  # a page's or a file's
+        moved = refresh_redirect(refresh(header), url, url, config.normalize)
+        if moved is not None:  # a redirect, as a browser follows it: the body is not read
+            return Reading(ExitCode.REDIRECT, Next.REDIRECT, f"Refresh header after {moved[1]} s",
+                           redirect_target=moved[0])
     if is_page(result):
         return _PAGE
     if sitemaps.looks_like_sitemap(url, result.headers.get("content-type"), result.body):
@@ -236,7 +242,8 @@ def _to_itself(url: str, location: str, asked: str | None) -> Reading:
 
 
 def is_page(resp: HttpResponse) -> bool:
-    """A 2xx HTML answer: `read` says Next.PAGE of it, whatever the origin's state."""
+    """A 2xx HTML answer: `read` says Next.PAGE of it, whatever the origin's state (unless its
+    Refresh header makes it a redirect)."""
     content_type = resp.headers.get("content-type") or "text/html"
     return 200 <= resp.status < 300 and content_type.lower().startswith(_HTML_TYPES)
 

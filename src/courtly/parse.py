@@ -10,6 +10,8 @@ from types import ModuleType
 
 from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser, LexborNode
 
+from courtly.urls import NormalizeRules, normalize
+
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
 _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?([a-zA-Z0-9_.:-]+)""", re.I)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
@@ -164,6 +166,22 @@ def refresh(value: str) -> tuple[int, str | None] | None:
     if url[:1] in ("'", '"'):  # a quoted URL ends at its closing quote, if any
         url = url[1:].split(url[0], 1)[0]
     return delay, url
+
+
+#: a refresh (`<meta http-equiv="refresh">` or the `Refresh` header) to another URL within this
+#: many seconds is a redirect (a page that says "you are being redirected" for a few seconds first
+#: is one too); a longer one is a page of its own, as is a refresh of the page itself
+MAX_REFRESH_DELAY = 5
+
+
+def refresh_redirect(value: tuple[int, str | None] | None, base: str, url: str,
+                     opts: NormalizeRules) -> tuple[str, int] | None:
+    """The normalized target and delay of a refresh (`refresh`'s answer, its URL resolved
+    against base) that is a redirect of url; None if it is none."""
+    if value is None or value[1] is None or value[0] > MAX_REFRESH_DELAY:
+        return None
+    target = normalize(value[1], base, opts)
+    return None if target is None or target == url else (target, value[0])
 
 
 #: one link of a Link header (RFC 8288): <target> and its parameters (quoted strings whole)
