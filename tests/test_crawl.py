@@ -162,6 +162,35 @@ def test_encodings_and_charsets(serve, db: Path) -> None:
     assert site.hits_for("a")[1].headers.get("Accept-Encoding", "").count("br") == 1
 
 
+def test_legacy_charsets_are_read_as_browsers_read_them(serve, db: Path) -> None:
+    """A page's labels as the WHATWG Encoding Standard reads them. Before: a windows-1252 page
+    labelled iso-8859-1 (as most are) linked to /%C2%80 for its /€; a GBK page labelled gb2312,
+    a windows-949 page labelled euc-kr and a windows-31J page labelled shift_jis lost their
+    characters outside the old standards (U+FFFD in the link, the text, the signature); a
+    `charset=utf-16` page without a BOM was read as UTF-8 (no link found); a `charset=utf-7`,
+    which no browser knows, was obeyed. Now they link where a browser would go."""
+    def page(text: str, encoding: str, content_type: str, head: str = "") -> Page:
+        body = html(text, [f"/{text}"], head).encode(encoding)
+        return Page(body, headers={"Content-Type": content_type})
+
+    site = serve({"a": {
+        "/": Page(html("Home", ["/latin", "/gbk", "/kr", "/sjis", "/u16", "/u7", "/quoted"])),
+        "/latin": page("\u20ac", "cp1252", "text/html; charset=ISO-8859-1"),
+        "/gbk": page("\u9555", "gbk", "text/html; charset=gb2312"),
+        "/kr": page("\ub620", "cp949", "text/html", '<meta charset="euc-kr">'),
+        "/sjis": page("\u2460", "cp932", "text/html; charset=foo", "<meta charset=shift_jis>"),
+        "/u16": page("sixteen", "utf-16-le", "text/html; charset=utf-16"),
+        "/u7": page("\u20ac7", "cp1252", "text/html; charset=utf-7",
+                    '<meta charset="windows-1252">'),
+        "/quoted": page("\u00e9", "cp1252", 'text/html; charset="windows-1252"'),
+    }})
+    assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
+    found = {url.removeprefix(site.url("a", "")) for url in candidates(db)}
+    assert found >= {"/%E2%82%AC", "/%E9%95%95", "/%EB%98%A0", "/%E2%91%A0", "/sixteen",
+                     "/%E2%82%AC7", "/%C3%A9"}, found
+    assert not any("%EF%BF%BD" in path or "%C2%80" in path for path in found)
+
+
 def test_x_robots_tag_header(serve, db: Path) -> None:
     site = serve({"a": {
         "/": Page(html("Home", ["/n", "/f"])),
