@@ -15,6 +15,7 @@ from typing import Any
 
 import brotli
 import pytest
+import zstandard
 
 from courtly.config import Limits
 from courtly.connection import Connection, Decoder
@@ -77,6 +78,10 @@ FAULTS: dict[str, tuple[Any, ExitCode, str]] = {
                  "compressed"),
     "bad-br": (fixed(page(b"not brotli", Content_Encoding="br")), ExitCode.PROTOCOL_ERROR,
                "compressed"),
+    "zstd-bomb": (fixed(page(zstandard.compress(b"\0" * (20 << 20)), Content_Encoding="zstd")),
+                  ExitCode.TOO_LARGE, "decompressed"),
+    "bad-zstd": (fixed(page(b"not zstd", Content_Encoding="zstd")), ExitCode.PROTOCOL_ERROR,
+                 "compressed"),
     "odd-encoding": (fixed(page(b"xx", Content_Encoding="compress")), ExitCode.PROTOCOL_ERROR,
                      "Content-Encoding"),
     "header-count": (fixed(header_flood(1000)), ExitCode.TOO_LARGE, "headers"),
@@ -94,6 +99,12 @@ def hostile() -> Iterator[HostileServer]:
                                        Content_Encoding="deflate"))
     faults["gzip-members"] = fixed(page(gzip.compress(b"one ") + gzip.compress(b"two"),
                                         Content_Encoding="gzip"))
+    faults["zstd"] = fixed(page(zstandard.compress(b"<html>zstd</html>"),
+                                Content_Encoding="zstd"))
+    faults["gzip-gzip"] = fixed(page(gzip.compress(gzip.compress(b"twice")),
+                                     Content_Encoding="gzip, gzip"))
+    faults["br-then-gzip"] = fixed(page(gzip.compress(brotli.compress(b"br, then gzip")),
+                                        Content_Encoding="br,gzip"))
     with HostileServer(faults) as server:
         yield server
 
@@ -133,6 +144,20 @@ def test_well_formed_answers_still_work(hostile: HostileServer) -> None:
     assert ok.status == 200 and ok.body == b"<html>fine</html>"
     assert asyncio.run(fetch(hostile.url("deflate-raw"))).body == b"raw deflate"
     assert asyncio.run(fetch(hostile.url("gzip-members"))).body == b"one two"
+
+
+def test_zstd_and_stacked_codings_are_decoded(hostile: HostileServer) -> None:
+    """A `Content-Encoding: zstd` body (courtly does not ask for it; a server answering Chrome's
+    Accept-Encoding may send it anyway) and codings applied in turn (`gzip, gzip`) were a
+    PROTOCOL_ERROR, "unsupported Content-Encoding". zstd is decoded (a bomb cut off as gzip's
+    is, FAULTS), and stacked codings are undone in turn."""
+    assert asyncio.run(fetch(hostile.url("zstd"))).body == b"<html>zstd</html>"
+    assert asyncio.run(fetch(hostile.url("gzip-gzip"))).body == b"twice"
+    assert asyncio.run(fetch(hostile.url("br-then-gzip"))).body == b"br, then gzip"
+    bomb = Decoder("gzip, gzip", 1 << 20)
+    with pytest.raises(FetchError) as info:
+        bomb.feed(gzip.compress(gzip_bomb(64 << 20)))
+    assert info.value.exit_code is ExitCode.TOO_LARGE
 
 
 def test_a_closed_connection_is_freed_at_once(hostile: HostileServer) -> None:

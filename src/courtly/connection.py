@@ -14,6 +14,7 @@ end its response cleanly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import re
 import zlib
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import brotli
 import httptools
+import zstandard
 
 from courtly.errors import FetchError, LocalError
 from courtly.model import ExitCode
@@ -62,9 +64,38 @@ def deadline_error(first_byte: float, total: float, head_done: bool) -> FetchErr
     return FetchError(ExitCode.TIMEOUT, f"total timeout ({total}s)")
 
 
+class _Full(Exception):
+    """A zstd layer's output reached its room: the rest is not decompressed."""
+
+
+class _Sink:
+    """Where a zstd stream writer puts its output, up to `room` bytes."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.room = 0
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(bytes(data))
+        self.room -= len(data)
+        if self.room <= 0:
+            raise _Full
+        return len(data)
+
+    def taken(self) -> bytes:
+        out, self.parts = b"".join(self.parts), []
+        return out
+
+
+#: a zstd frame's largest window: RFC 9659 caps the content coding's at 8 MB (a frame asking
+#: more would make the decoder allocate it)
+_ZSTD_WINDOW = 8 << 20
+
+
 class Decoder:
     """Content-Encoding decoder with a cap on the decoded size (a bomb is cut off, not inflated):
-    courtly's one decompressor, for response bodies and for gzipped sitemap files.
+    courtly's one decompressor, for response bodies and for gzipped sitemap files. Codings
+    applied in turn (`gzip, gzip`) are undone in turn, each layer capped.
 
     Past the limit, feed() raises TOO_LARGE; with truncate, it returns the first `limit` bytes
     and nothing after.
@@ -73,18 +104,33 @@ class Decoder:
     def __init__(self, encoding: str, limit: int, truncate: bool = False) -> None:
         self.limit = limit
         self.truncate = truncate
-        self.size = 0
+        self.made = 0  # this layer's output
         self._zlib: Any = None
         self._brotli: Any = None
-        if encoding in ("gzip", "x-gzip"):
+        self._zstd: Any = None
+        codings = [c for c in (c.strip() for c in encoding.lower().split(","))
+                   if c not in ("", "identity")]
+        coding = codings.pop() if codings else ""  # the last applied, undone first
+        #: the layer that undoes the codings applied before this one's
+        self._then = Decoder(", ".join(codings), limit, truncate) if codings else None
+        if coding in ("gzip", "x-gzip"):
             self._zlib = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
+        elif coding == "deflate":
             self._zlib = zlib.decompressobj(wbits=zlib.MAX_WBITS)  # zlib; raw deflate on retry
             self._raw_fallback = True
-        elif encoding == "br":
+        elif coding == "br":
             self._brotli = brotli.Decompressor()
-        elif encoding not in ("", "identity"):
+        elif coding == "zstd":  # not asked for, but a Chrome's server may send it
+            self._sink = _Sink()
+            self._zstd = zstandard.ZstdDecompressor(max_window_size=_ZSTD_WINDOW).stream_writer(
+                self._sink)  # type: ignore[arg-type]  # it calls write() alone
+        elif coding:
             raise FetchError(ExitCode.PROTOCOL_ERROR, f"unsupported Content-Encoding: {encoding}")
+
+    @property
+    def size(self) -> int:
+        """The decoded body's bytes so far."""
+        return self.made if self._then is None else self._then.size
 
     def feed(self, data: bytes) -> bytes:
         """Decode one chunk; raise TOO_LARGE past the limit, PROTOCOL_ERROR on garbage."""
@@ -92,33 +138,41 @@ class Decoder:
             if self._zlib is not None:
                 out = self._inflate(data)
             elif self._brotli is not None:
-                out = self._brotli.process(data, output_buffer_limit=self.limit - self.size + 1)
+                out = self._brotli.process(data, output_buffer_limit=self.limit - self.made + 1)
+            elif self._zstd is not None:
+                out = self._unzstd(data)
             else:
                 out = data
             assert isinstance(out, bytes)
-        except (zlib.error, brotli.error) as exc:
+        except (zlib.error, brotli.error, zstandard.ZstdError) as exc:
             raise FetchError(ExitCode.PROTOCOL_ERROR, f"bad compressed body: {exc}") from None
-        if self.truncate and self.size + len(out) > self.limit:
-            out = out[: self.limit - self.size]
+        if self.truncate and self.made + len(out) > self.limit:
+            out = out[: self.limit - self.made]
         self._count(len(out))
-        return out
+        return out if self._then is None else self._then.feed(out)
 
     def _count(self, n: int) -> None:
-        self.size += n
-        if self.size > self.limit:
+        self.made += n
+        if self.made > self.limit:
             raise FetchError(
                 ExitCode.TOO_LARGE, f"decompressed body over {self.limit} bytes (cut off)"
             )
+
+    def _unzstd(self, data: bytes) -> bytes:
+        self._sink.room = self.limit - self.made + 1
+        with contextlib.suppress(_Full):  # over the limit: the caller raises TOO_LARGE
+            self._zstd.write(data)
+        return self._sink.taken()
 
     def _inflate(self, data: bytes) -> bytes:
         out: list[bytes] = []
         produced = 0
         while data:
-            room = self.limit - self.size - produced + 1
+            room = self.limit - self.made - produced + 1
             try:
                 chunk = self._zlib.decompress(data, room)
             except zlib.error:
-                if self.size or produced or not getattr(self, "_raw_fallback", False):
+                if self.made or produced or not getattr(self, "_raw_fallback", False):
                     raise
                 self._raw_fallback = False  # "deflate" sent as raw deflate, not zlib
                 self._zlib = zlib.decompressobj(wbits=-zlib.MAX_WBITS)
