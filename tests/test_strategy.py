@@ -72,6 +72,8 @@ XML = {"Content-Type": "application/xml"}
 
 
 def test_discovery_reads_sitemaps_from_robots_and_sitemap_xml(serve, db: Path) -> None:
+    """robots.txt's Sitemap lines (a relative one resolved against robots.txt, a repeat read
+    once); /sitemap.xml only for an origin whose robots.txt names none."""
     site = serve(
         {
             "a": {
@@ -81,12 +83,16 @@ def test_discovery_reads_sitemaps_from_robots_and_sitemap_xml(serve, db: Path) -
                 "/from-sitemap-page": Page(html("S1 child", [])),
                 "/gz-page": Page(html("GZ", [])),
                 "/conventional": Page(html("Conv", [])),
-            }
+            },
+            "b": {"/": Page(html("B", [])), "/conventional": Page(html("Conv", []))},
         }
     )
-    a = site.origins["a"]
+    a, b = site.origins["a"], site.origins["b"]
     pages = site.sites["a"]
-    pages["/robots.txt"] = robots(f"User-agent: *\nAllow: /\nSitemap: {a}/index.xml\n")
+    pages["/robots.txt"] = robots(
+        f"User-agent: *\nAllow: /\nSitemap: /index.xml\nSitemap: {a}/more.xml\n"
+        "Sitemap: ./more.xml\n"
+    )
     pages["/index.xml"] = Page(
         sitemap([f"{a}/pages.xml.gz", f"{a}/more.xml"], index=True), 200, XML
     )
@@ -97,22 +103,23 @@ def test_discovery_reads_sitemaps_from_robots_and_sitemap_xml(serve, db: Path) -
     )
     pages["/more.xml"] = Page(sitemap([f"{a}/gz-page", "http://elsewhere.invalid/x"]), 200, XML)
     pages["/sitemap.xml"] = Page(sitemap([f"{a}/conventional"]), 200, {"Content-Type": "text/xml"})
-    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--strategy", "discovery")
+    site.sites["b"]["/sitemap.xml"] = Page(sitemap([f"{b}/conventional"]), 200, XML)
+    run = courtly("crawl", site.url("a"), site.url("b"), "--db", db, "--min-delay", "0",
+                  "--strategy", "discovery")
     assert run.status == 0, run.err
     paths = fetched_paths(site, "a")
-    assert set(paths) == {
+    assert sorted(paths) == sorted([
         "/",
         "/linked",
         "/index.xml",
-        "/sitemap.xml",
         "/pages.xml.gz",
         "/more.xml",
         "/only-in-sitemap",
         "/from-sitemap-page",
         "/gz-page",
-        "/conventional",
-    }
-    assert paths[:3] == ["/", "/index.xml", "/sitemap.xml"]  # the seed, then sitemaps
+    ])
+    assert paths[:3] == ["/", "/index.xml", "/more.xml"]  # the seed, then the sitemaps
+    assert fetched_paths(site, "b") == ["/", "/sitemap.xml", "/conventional"]
     cands = candidates(db)
     assert cands[a + "/index.xml"]["exit_code"] == "OK"
     assert cands[a + "/index.xml"]["detail"] == "sitemap index: 2 URLs"

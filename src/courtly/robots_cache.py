@@ -37,7 +37,7 @@ from courtly.scheduler import (
     pause,
 )
 from courtly.store.database import Database
-from courtly.urls import normalize
+from courtly.urls import normalize, resolve
 
 if TYPE_CHECKING:
     from courtly.policy import Policy
@@ -231,5 +231,12 @@ class RobotsCache:
         state.robots_status, state.robots_body, state.robots_error = status, body, None
         state.robots_fetched = clock.now()
         state.crawl_delay = crawler.robots.crawl_delay
-        state.sitemaps = list(crawler.robots.sitemaps)
+        state.sitemaps = sitemap_urls(crawler.robots.sitemaps, crawler.origin)
         self.db.save_origin(state)
+
+
+def sitemap_urls(lines: list[str], origin: str) -> list[str]:
+    """robots.txt's Sitemap values as URLs: a relative one resolved against the robots.txt URL (as
+    crawler-commons does), one that is no http(s) URL dropped, repeats once."""
+    robots_url = origin + "/robots.txt"
+    return list(dict.fromkeys(url for line in lines if (url := resolve(line, robots_url))))

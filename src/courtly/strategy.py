@@ -385,10 +385,11 @@ class DepthFirst(CrawlingStrategy):
 class Discovery(CrawlingStrategy):
     """Find as many URLs as possible: sitemaps first, then links; at most N new URLs per origin.
 
-    On each origin's first turn it schedules the sitemaps named in robots.txt and /sitemap.xml
-    (score 1.0); the crawler parses sitemaps and sitemap indexes (gzip too) and hands their
-    <loc> entries to `links_extracted` like links. The cap (`max_pages_per_origin`, default 1000)
-    counts the new URLs admitted per origin and persists in the domain metadata.
+    On each origin's first turn it schedules the sitemaps named in robots.txt, or /sitemap.xml
+    when it names none (score 1.0); the crawler parses sitemaps and sitemap indexes (gzip too)
+    and hands their <loc> entries to `links_extracted` like links. The cap
+    (`max_pages_per_origin`, default 1000) counts the new URLs admitted per origin and persists
+    in the domain metadata.
     """
 
     name = "discovery"
@@ -404,9 +405,8 @@ class Discovery(CrawlingStrategy):
         self.cap = cap
 
     def origin_opened(self, origin: str, sitemaps: list[str]) -> None:
-        """Schedule the robots.txt sitemaps and the conventional /sitemap.xml."""
-        urls = list(dict.fromkeys([*sitemaps, origin + "/sitemap.xml"]))
-        for url in urls:
+        """Schedule the robots.txt sitemaps, or the conventional /sitemap.xml when it names none."""
+        for url in sitemaps or [origin + "/sitemap.xml"]:
             self.schedule(self.create_request(url, meta={"sitemap": True}), self.SITEMAP_SCORE)
 
     def read_seeds(self, stream: TextIO) -> None:
