@@ -127,6 +127,38 @@ def test_discovery_reads_sitemaps_from_robots_and_sitemap_xml(serve, db: Path) -
     assert not any("elsewhere" in url for url in cands)
 
 
+def test_discovery_reads_feeds_text_and_utf16_sitemaps_and_counts_what_it_drops(
+    serve, db: Path
+) -> None:
+    """RSS, Atom, a text file of URLs and a UTF-16 sitemap are read; entries out of scope or
+    not http(s) are counted in the sitemap's detail."""
+    names = ["rss", "atom", "text", "utf16"]
+    site = serve({"a": {"/": Page(html("Home", []))}
+                  | {f"/p-{n}": Page(html(n, [])) for n in names}})
+    a, pages = site.origins["a"], site.sites["a"]
+    pages["/robots.txt"] = robots("User-agent: *\nAllow: /\nSitemap: /rss\nSitemap: /atom\n"
+                                  "Sitemap: /urls.txt\nSitemap: /utf16.xml\n")
+    pages["/rss"] = Page(f'<rss version="2.0"><channel><link>{a}/</link><item>'
+                         f"<link>{a}/p-rss</link></item></channel></rss>", 200,
+                         {"Content-Type": "application/rss+xml"})
+    pages["/atom"] = Page('<feed xmlns="http://www.w3.org/2005/Atom"><entry>'
+                          f'<link href="{a}/p-atom"/></entry></feed>', 200,
+                          {"Content-Type": "application/atom+xml"})
+    pages["/urls.txt"] = Page(f"{a}/p-text\nhttp://elsewhere.invalid/x\n", 200,
+                              {"Content-Type": "text/plain"})
+    utf16 = sitemap([f"{a}/p-utf16", "mailto:x@y"]).decode().replace("UTF-8", "UTF-16")
+    pages["/utf16.xml"] = Page(utf16.encode("utf-16"), 200, XML)
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--strategy", "discovery")
+    assert run.status == 0, run.err
+    assert {f"/p-{n}" for n in names} <= set(fetched_paths(site, "a"))
+    cands = candidates(db)
+    assert cands[a + "/rss"]["detail"] == "RSS feed: 1 URLs"
+    assert cands[a + "/atom"]["detail"] == "Atom feed: 1 URLs"
+    dropped = ", 1 not followed (out of scope or not http(s))"
+    assert cands[a + "/urls.txt"]["detail"] == "text sitemap: 2 URLs" + dropped
+    assert cands[a + "/utf16.xml"]["detail"] == "sitemap: 2 URLs" + dropped
+
+
 def test_discovery_caps_new_urls_per_origin_across_runs(serve, db: Path, tmp_path: Path) -> None:
     pages = {"/": Page(html("Home", [f"/p{i}" for i in range(20)]))}
     pages |= {f"/p{i}": Page(html(f"P{i}", [f"/p{i}/deeper"])) for i in range(20)}

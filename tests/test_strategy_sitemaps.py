@@ -69,3 +69,30 @@ def test_a_gzipped_sitemap_of_several_members_is_read_whole_and_a_bomb_is_cut() 
     member = gzip.compress(b"\0" * (8 << 20))
     bomb = gzip.compress(b"<urlset>") + member * 10  # 80 MiB in ten members
     assert len(gunzip(bomb, limit=1 << 20)) == 1 << 20
+
+
+def test_utf16_xml_feeds_and_text_files_are_sitemaps_as_the_protocol_allows() -> None:
+    utf16 = f'<?xml version="1.0" encoding="UTF-16"?><urlset {NS}><url><loc>http://a/é</loc>'
+    parsed = parse_sitemap((utf16 + "</url></urlset>").encode("utf-16"))
+    assert parsed is not None and parsed.locs == ["http://a/é"]
+    rss = ('<rss version="2.0"><channel><link>http://a/</link><item><title>t</title>'
+           "<link>http://a/post</link></item><item><link> http://a/other </link></item>"
+           "</channel></rss>")
+    feed = parse_sitemap(rss.encode())
+    assert feed is not None and feed.label == "RSS feed"
+    assert feed.locs == ["http://a/post", "http://a/other"]  # the channel's own link is not
+    atom = ('<feed xmlns="http://www.w3.org/2005/Atom"><link rel="self" href="http://a/f.xml"/>'
+            '<entry><link rel="edit" href="http://a/edit"/><link href="http://a/e1"/></entry>'
+            '<entry><link rel="alternate" href="http://a/e2"/></entry></feed>')
+    feed = parse_sitemap(atom.encode())
+    assert feed is not None and feed.label == "Atom feed"
+    assert feed.locs == ["http://a/e1", "http://a/e2"]
+    text = b"\xef\xbb\xbfhttp://a/1\r\n\n  https://a/2  \nnot a url\nftp://a/3\nhttp://a/4"
+    assert looks_like_sitemap("http://a/urls.txt", "text/plain; charset=utf-8", text)
+    listed = parse_sitemap(text)
+    assert listed is not None and listed.label == "text sitemap"
+    assert listed.locs == ["http://a/1", "https://a/2", "http://a/4"]
+    capped = parse_sitemap(b"http://a/1\nhttp://a/2\nhttp://a/3", Limits(max_sitemap_entries=2))
+    assert capped is not None and capped.truncated and capped.locs == ["http://a/1", "http://a/2"]
+    assert not looks_like_sitemap("http://a/notes.txt", "text/plain", b"Notes\nhttp://a/1\n")
+    assert parse_sitemap(b"Notes\nhttp://a/1\n") is None

@@ -231,9 +231,10 @@ class ContentReader:
         if parsed is None:
             return
         action.exit_code = ExitCode.OK
-        kind = "sitemap index" if parsed.is_index else "sitemap"
-        action.detail = f"{kind}: {len(parsed.locs)} URLs" + (" (truncated)" * parsed.truncated)
-        self.links.sitemap(action, parsed.locs, parsed.is_index)
+        dropped = self.links.sitemap(action, parsed.locs, parsed.is_index)
+        not_followed = f", {dropped} not followed (out of scope or not http(s))"
+        action.detail = (f"{parsed.label}: {len(parsed.locs)} URLs" + not_followed * bool(dropped)
+                         + " (truncated)" * parsed.truncated)
 
 
 def _worker_args(url: str, resp: HttpResponse

@@ -79,8 +79,9 @@ class Links:
         action.links.extend(self.scheduled())  # what page_crawled scheduled, if anything
         action.links.extend(self._link(url, depth, score) for url in unsettled)
 
-    def sitemap(self, action: CrawlAction, locs: list[str], is_index: bool) -> None:
-        """A sitemap's <loc> entries, normalized and in scope, through the strategy."""
+    def sitemap(self, action: CrawlAction, locs: list[str], is_index: bool) -> int:
+        """A sitemap's <loc> entries, normalized and in scope, through the strategy; how many
+        were not (no http(s) URL, or out of scope)."""
         depth = action.candidate.depth + 1
         meta = {"sitemap": True} if is_index else {"from_sitemap": True}
         found = []
@@ -89,6 +90,7 @@ class Links:
             if target is not None and self.policy.in_scope(target):
                 found.append(Request(target, depth, meta=dict(meta)))
         self.found(action, found, vetted=True)
+        return len(locs) - len(found)
 
     def target(self, action: CrawlAction, url: str) -> None:
         """A redirect's or a canonical link's target, one level as deep as the candidate."""

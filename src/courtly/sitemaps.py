@@ -1,4 +1,6 @@
-"""Sitemaps (sitemaps.org): a <urlset> of page URLs or a <sitemapindex> of sitemaps, maybe gzipped.
+"""Sitemaps (sitemaps.org): a <urlset> of page URLs or a <sitemapindex> of sitemaps, maybe gzipped;
+also what the protocol accepts in their place, an RSS 2.0 or Atom feed (its items' links) and a
+text file of one URL a line. XML may be UTF-8 or UTF-16, with or without a BOM or a namespace.
 
 Parsed with the standard library's expat (which refuses entity-expansion bombs) in a streaming
 pass; a sitemap that is not well-formed XML falls back to reading its <loc> elements with a regular
@@ -21,14 +23,18 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _XML_TYPES = ("text/xml", "application/xml", "application/x-xml")
 _GZIP_TYPES = ("application/gzip", "application/x-gzip", "application/octet-stream")
 _LOC = re.compile(rb"<loc>\s*([^<]+?)\s*</loc>", re.I)
-_ROOT = re.compile(rb"<(?:\w+:)?(urlset|sitemapindex)[\s>]", re.I)
+_ROOT = re.compile(rb"<(?:\w+:)?(urlset|sitemapindex|rss|feed)[\s>]", re.I)
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_URL_LINE = re.compile(rb"https?://\S+", re.I)
+_TEXT_MAX_LINE = 2048  # a text sitemap's line longer than this is no URL
+_ATOM = "{http://www.w3.org/2005/Atom}"
 
 
 @dataclass(slots=True)
 class Sitemap:
     """What one sitemap document lists."""
 
-    kind: str  # "urlset" or "sitemapindex"
+    kind: str  # "urlset", "sitemapindex", "rss", "feed" (Atom) or "text"
     locs: list[str] = field(default_factory=list)
     truncated: bool = False
 
@@ -37,15 +43,29 @@ class Sitemap:
         """True for a sitemap index (its locs are sitemaps)."""
         return self.kind == "sitemapindex"
 
+    @property
+    def label(self) -> str:
+        """What it is, for a crawl action's detail."""
+        return {"sitemapindex": "sitemap index", "rss": "RSS feed", "feed": "Atom feed",
+                "text": "text sitemap"}.get(self.kind, "sitemap")
+
 
 def looks_like_sitemap(url: str, content_type: str | None, body: bytes) -> bool:
     """Cheap test before parsing: an XML or gzip response, or a .xml / .xml.gz URL."""
     ctype = (content_type or "").split(";")[0].strip().lower()
     path = url.split("?")[0].lower()
+    if ctype == "text/plain":
+        return _text_head(body)
     return (
         ctype in _XML_TYPES or ctype.endswith("+xml") or ctype in _GZIP_TYPES
         or path.endswith((".xml", ".xml.gz")) or body.startswith(_GZIP_MAGIC)
     ) and not ctype.startswith(("text/html", "application/xhtml"))
+
+
+def _text_head(body: bytes) -> bool:
+    """A text sitemap's start: its first line that is not blank is an http(s) URL."""
+    first = body.removeprefix(b"\xef\xbb\xbf").lstrip()[:_TEXT_MAX_LINE].split(b"\n", 1)[0]
+    return _URL_LINE.fullmatch(first.strip()) is not None
 
 
 def gunzip(body: bytes, limit: int) -> bytes:
@@ -60,27 +80,64 @@ def gunzip(body: bytes, limit: int) -> bytes:
 
 
 def parse_sitemap(body: bytes, limits: Limits) -> Sitemap | None:
-    """The sitemap's kind and <loc> entries, or None when the body is not a sitemap."""
+    """The sitemap's kind and <loc> entries (a feed's item links, a text file's URL lines), or
+    None when the body is none of these."""
     data = gunzip(body, limits.max_decompressed_size)
     limit = limits.max_sitemap_entries
-    head = _ROOT.search(data[:4096])
-    if head is None:
-        return None
-    kind = head.group(1).decode().lower()
-    sitemap = Sitemap(kind)
+    head = data[:4096]
+    if head.startswith(_UTF16_BOMS):  # expat reads UTF-16 by its BOM; the sniff needs ASCII
+        head = head[: len(head) // 2 * 2].decode("utf-16", "replace").encode()
+    root = _ROOT.search(head)
+    if root is None:
+        return _text(data, limit) if _text_head(data) else None
+    sitemap = Sitemap(root.group(1).decode().lower())
     try:
-        for _, element in ElementTree.iterparse(_Reader(data), events=("end",)):
-            if element.tag.rsplit("}", 1)[-1] == "loc" and element.text:
-                if len(sitemap.locs) >= limit:
-                    sitemap.truncated = True
-                    break
-                sitemap.locs.append(element.text.strip())
-            elif element.tag.rsplit("}", 1)[-1] in ("url", "sitemap"):
-                element.clear()
+        _read_xml(data, sitemap, limit)
     except ElementTree.ParseError:
         sitemap.locs = [
             html.unescape(m.group(1).decode("utf-8", "replace")) for m in _LOC.finditer(data)
         ][:limit]
+    return sitemap
+
+
+def _read_xml(data: bytes, sitemap: Sitemap, limit: int) -> None:
+    """Fill sitemap.locs in one streaming pass: <loc>s, or the links of a feed's items."""
+    feed = sitemap.kind in ("rss", "feed")
+    in_entry = 0  # inside an RSS <item> or an Atom <entry>
+    for event, element in ElementTree.iterparse(_Reader(data), events=("start", "end")):
+        name = element.tag.rsplit("}", 1)[-1]
+        if name in ("item", "entry"):
+            in_entry += 1 if event == "start" else -1
+        if event == "start":
+            continue
+        loc = None
+        if not feed:
+            loc = element.text if name == "loc" else None
+        elif in_entry and name == "link":
+            if element.tag == _ATOM + "link":  # Atom: the entry's alternate link's href
+                if element.get("rel", "alternate") == "alternate":
+                    loc = element.get("href")
+            else:
+                loc = element.text
+        if loc and loc.strip():
+            if len(sitemap.locs) >= limit:
+                sitemap.truncated = True
+                return
+            sitemap.locs.append(loc.strip())
+        elif name in ("url", "sitemap", "item", "entry"):
+            element.clear()
+
+
+def _text(data: bytes, limit: int) -> Sitemap:
+    """A text sitemap: its lines that are http(s) URLs (UTF-8), the others skipped."""
+    sitemap = Sitemap("text")
+    for line in data.removeprefix(b"\xef\xbb\xbf").splitlines():
+        line = line.strip()
+        if len(line) <= _TEXT_MAX_LINE and _URL_LINE.fullmatch(line):
+            if len(sitemap.locs) >= limit:
+                sitemap.truncated = True
+                break
+            sitemap.locs.append(line.decode("utf-8", "replace"))
     return sitemap
 
 
