@@ -119,6 +119,51 @@ def test_second_run_recrawls_what_is_due_with_conditional_requests(serve, db: Pa
     assert intervals(db, a)["/changing"] == 1.75 * DAY
 
 
+TEXT = " ".join(f"word{i}" for i in range(200))  # well over dedup.min_words
+
+
+def restless_site() -> dict[str, object]:
+    """A page whose body changes on every request only in a time and a token, one whose text
+    changes every time, and a file whose bytes change by one."""
+    def stamped(count: int) -> Page:
+        stamp = f"generated at {time.time():.6f} token {count}"
+        return Page(html("Stamped", [], body=f"{TEXT} {stamp}"), headers={"Content-Type": HTML})
+
+    def rewritten(count: int) -> Page:
+        words = " ".join(f"v{count}w{i}" for i in range(200))
+        return Page(html("Rewritten", [], body=words), headers={"Content-Type": HTML})
+
+    def file(count: int) -> Page:
+        return Page(f"{TEXT} {count}", headers={"Content-Type": "text/plain"})
+
+    return {"/": Page(html("Home", ["/stamped", "/rewritten", "/file"])), "/stamped": stamped,
+            "/rewritten": rewritten, "/file": file}
+
+
+@pytest.mark.parametrize(
+    "db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+def test_a_page_near_its_last_version_is_unchanged_and_its_interval_grows(
+    serve, db: Path
+) -> None:
+    site = serve({"a": restless_site()})
+    a = site.origins["a"]
+    assert courtly("crawl", a + "/", "--db", db, "--min-delay", "0").status == 0
+    seen = [intervals(db, a)]
+    for _ in range(2):
+        assert courtly("crawl", "--db", db, "--min-delay", "0", "--force-recrawl").status == 0
+        seen.append(intervals(db, a))
+    # only a time and a token changed: unchanged, the interval grows (it shrank to 1.75 days)
+    assert [s["/stamped"] for s in seen] == [7 * DAY, 10.5 * DAY, 15.75 * DAY]
+    # new text, or a file's new bytes (its exact fingerprint decides): changed, it shrinks
+    assert [s["/rewritten"] for s in seen] == [7 * DAY, 3.5 * DAY, 1.75 * DAY]
+    assert [s["/file"] for s in seen] == [7 * DAY, 3.5 * DAY, 1.75 * DAY]
+    # the new body is kept all the same, as the page's content (no duplicate of itself)
+    cands = candidates(db)
+    assert cands[a + "/stamped"]["exit_code"] == "OK"
+    stored = rows(db, "SELECT body FROM content WHERE url = ?", a + "/stamped")[0]["body"]
+    assert b"token 2" in zstandard.ZstdDecompressor().decompress(bytes(stored))
+
+
 def test_force_recrawl_and_time_offset_in_process(
     serve, db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

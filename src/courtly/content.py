@@ -187,10 +187,14 @@ class ContentReader:
         rules = self.config.dedup
         wanted = None if page.nofollow else self.links.wanted(action, page.links)
         checked = not page.noindex  # a noindex page is no duplicate: it is not kept
-        original, similar, unsettled = await self.db.page_lookups(
+        links, score = wanted or (None, 0.0)
+        last = action.candidate  # a recrawl with a new body: is its text its last one's?
+        own = last.id if last.content_hash not in (None, action.content_hash) else None
+        original, similar, unsettled, itself = await self.db.page_lookups(
             action.content_hash if checked and rules.exact else None,
             page.near_signature if checked and rules.near else None, url,
-            rules.min_similarity, *(wanted or (None, 0.0)))
+            rules.min_similarity, links, score, own)
+        action.similar_to_last = itself is not None and itself >= rules.min_similarity
         if page.noindex:
             action.exit_code = ExitCode.NOINDEX
         elif original is not None:

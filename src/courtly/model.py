@@ -153,6 +153,8 @@ class CrawlAction:
     next_due: float = 0.0
     recrawl_interval: float | None = None  # seconds from started to next_due
     near_signature: bytes | None = None  # MinHash signature of the text (courtly.dedup)
+    #: a page whose text is a near-duplicate of its own last version's: no change (recrawl.py)
+    similar_to_last: bool = False
     retry: bool = False  # crawl again later in this run (rate limited, transient)
     #: the origin's state, saved with the action when it changed the rate-limit pause (a restart
     #: or another worker then still waits it out)

@@ -2,9 +2,10 @@
 
 The interval of a page with content starts at `recrawl.ok`; with `recrawl.adaptive` it shrinks
 (× `changed_factor`) each time the content changed and grows (× `unchanged_factor`) each time it did
-not (304, or the same fingerprint), within [`min_interval`, `max_interval`]. Errors start at
-`recrawl.error` and back off (× `error_backoff`) while they repeat. A URL blocked by robots.txt is
-due when robots.txt expires. See docs/recrawl.md.
+not (304, the same fingerprint, or a page's text a near-duplicate of its last version's), within
+[`min_interval`, `max_interval`]. Errors start at `recrawl.error` and back off (× `error_backoff`)
+while they repeat. A URL blocked by robots.txt is due when robots.txt expires. See
+docs/recrawl.md.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ def _clamp(value: float, rules: Recrawl) -> float:
 
 
 def changed(action: CrawlAction, candidate: Candidate) -> bool | None:
-    """Whether the content changed since the last crawl (None: nothing to compare)."""
+    """Whether the content changed since the last crawl (None: nothing to compare): a new
+    fingerprint, unless the page's text is a near-duplicate of its last version's (a timestamp
+    or a token changed: content.py judged it)."""
     if action.exit_code in _UNCHANGED:
         return False
     if action.content_hash is None or candidate.content_hash is None:
         return None
-    return action.content_hash != candidate.content_hash
+    return action.content_hash != candidate.content_hash and not action.similar_to_last
 
 
 def _previous(candidate: Candidate, codes: frozenset[ExitCode]) -> float | None:

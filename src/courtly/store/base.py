@@ -127,10 +127,11 @@ class Store(Protocol):
 
     def page_lookups(
         self, content_hash: str | None, signature: bytes | None, url: str,
-        min_similarity: float, links: list[str] | None, score: float,
-    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None]:
-        """find_hash (if content_hash), else find_similar (if signature), and unsettled (if
-        links), at once (PostgreSQL: one round trip)."""
+        min_similarity: float, links: list[str] | None, score: float, own: int | None = None,
+    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None, float | None]:
+        """find_hash (if content_hash), else find_similar (if signature), unsettled (if links),
+        and the similarity of `signature` to candidate `own`'s stored one (if own: a recrawled
+        page's last version; None when it has none), at once (PostgreSQL: one round trip)."""
         ...
 
     def unsettled(self, urls: list[str], score: float) -> list[str]:

@@ -98,11 +98,11 @@ class Database:
 
     async def page_lookups(
         self, content_hash: str | None, signature: bytes | None, url: str,
-        min_similarity: float, links: list[str] | None, score: float,
-    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None]:
+        min_similarity: float, links: list[str] | None, score: float, own: int | None = None,
+    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None, float | None]:
         """SqlStore.page_lookups."""
         return await self.call(self.store.page_lookups, content_hash, signature, url,
-                               min_similarity, links, score)
+                               min_similarity, links, score, own)
 
     async def redirect_chain(self, url: str, limit: int) -> int:
         """Store.redirect_chain."""

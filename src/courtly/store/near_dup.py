@@ -46,6 +46,14 @@ def _full(rows: list[tuple[int, int, Any]]) -> frozenset[int]:
     return frozenset(k for k, n in members.items() if n >= dedup.MEMBERS)
 
 
+def own_similarity(signature: bytes, stored: Any) -> float | None:
+    """How similar a page is to its own last version, as stored (None: damaged, so unknown)."""
+    try:
+        return dedup.similarity(signature, _signature(stored))
+    except ValueError:  # replaced when the page is recorded
+        return None
+
+
 def _signature(value: Any) -> bytes:
     """A stored MinHash signature: bytes of the signature's size (ValueError otherwise)."""
     if not isinstance(value, bytes | bytearray | memoryview):

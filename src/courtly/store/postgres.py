@@ -34,6 +34,7 @@ from courtly.errors import one_line
 from courtly.model import Link, LinkState, StoredRevisit
 from courtly.store.base import ConnectionLost, StoreError, Write
 from courtly.store.bulk import BulkSender, wait_for
+from courtly.store.near_dup import own_similarity
 from courtly.store.schema import PART_FROM_CANDIDATE, PART_FROM_URL
 from courtly.store.sql import REVISITS, SAME_HASH, TAKEABLE, SqlStore, state_after
 from courtly.urls import origin_of, partition_of
@@ -88,6 +89,9 @@ _FENCE_CALL = "SELECT courtly_fence(%s, %s::integer[], %s::bigint[])"
 ANY_KEY = ("SELECT 'k', NULL, NULL, NULL FROM unnest(%s::bigint[]) AS k(key) WHERE EXISTS ("
            "SELECT 1 FROM near_dup_keys n WHERE n.key = k.key) LIMIT 1")
 
+#: a recrawled page's last signature (%s, %s: its candidate's id and partition), as hex text
+OWN_SIGNATURE = ("SELECT 'o', encode(signature, 'hex'), NULL, NULL FROM near_dup "
+                 "WHERE candidate = %s AND part = %s")
 #: the states of these URLs (%s, %s: arrays of their partitions and of them), one probe of the
 #: URL index each: `url = ANY(urls)` was prepared as a scan of the whole table while it was
 #: small, and a prepared statement keeps its plan (this test server never analyzes: 1-3 ms a
@@ -584,11 +588,11 @@ class PostgresBatches(PostgresSql):
 
     def page_lookups(
         self, content_hash: str | None, signature: bytes | None, url: str,
-        min_similarity: float, links: list[str] | None, score: float,
-    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None]:
+        min_similarity: float, links: list[str] | None, score: float, own: int | None = None,
+    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None, float | None]:
         """SqlStore.page_lookups in one statement, one round trip (a page sharing a band key
         costs a second one: find_similar)."""
-        asked = _Lookup(self, content_hash, signature, url, min_similarity, links, score)
+        asked = _Lookup(self, content_hash, signature, url, min_similarity, links, score, own)
         rows = self._px(asked.sql, asked.params).fetchall() if asked.sql else []
         return asked.answer(rows)
 
@@ -869,7 +873,7 @@ class _Lookup:
 
     def __init__(self, store: PostgresBatches, content_hash: str | None,
                  signature: bytes | None, url: str, min_similarity: float,
-                 links: list[str] | None, score: float) -> None:
+                 links: list[str] | None, score: float, own: int | None = None) -> None:
         self.store, self.signature, self.url = store, signature, url
         self.min_similarity, self.links, self.score = min_similarity, links, score
         parts: list[str] = []
@@ -882,6 +886,9 @@ class _Lookup:
         if keys:
             parts.append(f"({ANY_KEY})")
             params.append(_array(map(str, keys)))
+        if own is not None and signature is not None:  # its last version's (a recrawl)
+            parts.append(f"({OWN_SIGNATURE})")
+            params += [own, store._url_part(url)]
         self.changing: list[str] = []
         self.unknown: list[str] = []
         if links is not None:
@@ -894,10 +901,12 @@ class _Lookup:
         self.params = params
 
     def answer(self, rows: list[Any]) -> tuple[str | None, tuple[str, float] | None,
-                                               list[str] | None]:
+                                               list[str] | None, float | None]:
         """The look-ups' answer from the statement's rows."""
         store, signature = self.store, self.signature
         original = next((str(r[1]) for r in rows if r[0] == "h"), None)
+        last = next((bytes.fromhex(r[1]) for r in rows if r[0] == "o"), None)
+        itself = None if last is None or signature is None else own_similarity(signature, last)
         similar = None
         if original is None and signature is not None:
             if any(r[0] == "k" for r in rows):
@@ -905,14 +914,14 @@ class _Lookup:
             else:  # recorded without counting its buckets again
                 store._no_key_shared(signature)
         if self.links is None:
-            return original, similar, None
+            return original, similar, None, itself
         changing = self.changing
         if self.unknown:
             found: dict[str, LinkState] = {}
             store._remember([r[1:] for r in rows if r[0] == "s"], found)
             store._absent(self.unknown, found)
             changing = store.seen.changing(changing, self.score)[0]
-        return original, similar, changing
+        return original, similar, changing, itself
 
 
 class _Rows(list[tuple[Any, ...]]):

@@ -24,7 +24,7 @@ from courtly.model import (
 )
 from courtly.store.base import StoreError
 from courtly.store.keyed import Keyed
-from courtly.store.near_dup import NearDupIndex
+from courtly.store.near_dup import NearDupIndex, own_similarity
 from courtly.store.schema import MIGRATIONS
 from courtly.store.seen import SeenCache
 
@@ -623,16 +623,22 @@ class SqlStore(SqlRecords):
 
     def page_lookups(
         self, content_hash: str | None, signature: bytes | None, url: str,
-        min_similarity: float, links: list[str] | None, score: float,
-    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None]:
+        min_similarity: float, links: list[str] | None, score: float, own: int | None = None,
+    ) -> tuple[str | None, tuple[str, float] | None, list[str] | None, float | None]:
         """What a page's handling asks the database, at once: another URL with its exact
-        content (if content_hash), else a near-duplicate (if signature), and which of its links
-        are unsettled at this score (if links)."""
+        content (if content_hash), else a near-duplicate (if signature), which of its links
+        are unsettled at this score (if links), and how similar it is to its own last version
+        (if own: its candidate's id)."""
         original = None if content_hash is None else self.find_hash(content_hash, url)
         similar = None
         if original is None and signature is not None:
             similar = self.find_similar(signature, url, min_similarity)
-        return original, similar, None if links is None else self.unsettled(links, score)
+        itself = None
+        if own is not None and signature is not None:
+            last = self._x(self._OLD_SIGNATURE, (own,) + self._url_part_param(url)).fetchone()
+            itself = None if last is None else own_similarity(signature, last[0])
+        return (original, similar, None if links is None else self.unsettled(links, score),
+                itself)
 
     def _read_states(self, missing: list[str]) -> dict[str, LinkState]:
         """The database's states of URLs the seen cache does not know; the cache records them
