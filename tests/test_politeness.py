@@ -390,6 +390,33 @@ def test_a_server_failing_every_request_costs_patience_and_backs_off(
     assert len(fetched_paths(site, "fine")) == 4  # the other origin is crawled all the same
 
 
+def test_an_origin_whose_last_page_fails_finishes_with_patience_left(
+    serve, db: Path, tmp_path: Path
+) -> None:
+    """A failing last page costs patience, then the origin simply runs out of work: it
+    finished, it did not stop early (before: "stopped early: out of patience" with 4 left)."""
+    site = serve({"a": {"/": Page(html("home", ["/broken"])),
+                        "/broken": Page("oops", 500, {"Content-Type": "text/plain"})}})
+    cfg = config(tmp_path, "[politeness]\nbackoff_base = 0.05\nmax_retries = 0\n")
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--config", cfg)
+    assert run.status == 0, run.err
+    assert fetched_paths(site, "a") == ["/", "/broken"]
+    assert "finished: no origin has work left" in run.err
+    assert "stopped early" not in run.err and "out of patience" not in run.err, run.err
+    # found later, on another origin's slow page: its links are crawled (before: refused)
+    def slow(count: int) -> Page:  # answers once origin a has run out of work
+        return Page(html("slow", [site.url("a", "/later")]), delay=1.5)
+
+    site = serve({"a": {"/": Page(html("home", ["/broken"])),
+                        "/broken": Page("oops", 500, {"Content-Type": "text/plain"}),
+                        "/later": Page(html("later", []))},
+                  "b": {"/": Page(html("b", ["/slow"])), "/slow": slow}})
+    run = courtly("crawl", site.url("a"), site.url("b"), "--db", tmp_path / "two.db",
+                  "--min-delay", "0", "--config", cfg)
+    assert run.status == 0, run.err
+    assert fetched_paths(site, "a") == ["/", "/broken", "/later"], run.err
+
+
 def test_a_success_resets_the_backoff(serve, db: Path, tmp_path: Path) -> None:
     def flaky(count: int) -> Page:
         return Page("oops", 502) if count < 3 else Page(html("ok", []))

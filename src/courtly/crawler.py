@@ -147,7 +147,7 @@ class Crawler:
     async def _turn(self, crawler: OriginCrawler) -> float | None:
         """One thing for this origin; when it may go again, or None (ended early: URLs given up)."""
         at = await self._step(crawler)
-        if at is None and crawler.ending and not self.turns.stopping:
+        if at is None and crawler.gave_up and not self.turns.stopping:
             return await self._give_up(crawler)
         return at
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from courtly.crawler import Crawler
 from courtly.processes import pid_alive
-from courtly.scheduler import FOR_THE_RUN, OriginCrawler
+from courtly.scheduler import OriginCrawler
 from courtly.stats import CrawlStats, StopKind
 from courtly.steering import Steering
 from courtly.store.base import ConnectionLost, StoreError, Write
@@ -163,7 +163,7 @@ class Worker:
         """
         store = self.store
         active = set(active)
-        given_up = [c.origin for c in finished if self.owns(c.origin) and _gave_up(c)]
+        given_up = [c.origin for c in finished if self.owns(c.origin) and c.gave_up]
         # the heartbeat first: nothing else of the poll (rows another worker may hold locked)
         # delays the renewal
         sent = time.monotonic()
@@ -327,10 +327,6 @@ def _under_way(crawl: Steering) -> list[str]:
     return [*crawl.turns.running(), *crawl.db.unwritten()]
 
 
-def _gave_up(crawler: OriginCrawler) -> bool:
-    """An origin crawler that stopped although work may remain: no retry this run."""
-    ending = crawler.ending
-    return crawler.patience <= 0 or (ending is not None and ending.kind in FOR_THE_RUN)
 
 
 def run_worker(

@@ -93,6 +93,14 @@ class OriginCrawler:
     gate: KeyGate | None = None  # shared with the origins of its politeness key (None: its own)
     in_turn: bool = False  # a turn of this origin is running now
 
+    @property
+    def gave_up(self) -> bool:
+        """Whether it stops although work may remain: out of patience, or an ending for the run.
+        An ending with patience left only says why it would finish now: an origin that then
+        runs out of work finished, it did not stop early."""
+        ending = self.ending
+        return self.patience <= 0 or (ending is not None and ending.kind in FOR_THE_RUN)
+
     def answered_in(self, seconds: float) -> None:
         """Keep a response time (the adaptive delay reads the last 5)."""
         self.response_times = (*self.response_times[-4:], seconds)
@@ -229,7 +237,7 @@ class Turns:
 
     def reopen(self, crawler: OriginCrawler) -> None:
         """An origin that ran out of work gets new links: back into the penalty box."""
-        if crawler.patience <= 0 or crawler.ending or self._stop.is_set():
+        if crawler.gave_up or self._stop.is_set():
             return  # it gave up for this run
         crawler.finished = False
         self._stats.origins_finished -= 1
@@ -437,9 +445,10 @@ class Turns:
     def _finish(self, crawler: OriginCrawler) -> None:
         crawler.finished = True
         self._stats.origins_finished += 1
-        if crawler.ending:
-            self._stats.stopped_early[crawler.origin] = crawler.ending.text
-        why = crawler.ending.text if crawler.ending else "done"
+        ending = crawler.ending if crawler.gave_up else None
+        if ending:
+            self._stats.stopped_early[crawler.origin] = ending.text
+        why = ending.text if ending else "done"
         log.info("%s finished: %s", crawler.origin, why)
 
     async def drain(self) -> None:

@@ -153,7 +153,8 @@ class LiveView:
 def _state(crawler: OriginCrawler, now: float, wall: float) -> tuple[str, str]:
     """An origin crawler's state in words, and why."""
     if crawler.finished:
-        return "finished", crawler.ending.text if crawler.ending else "no work left"
+        ending = crawler.ending if crawler.gave_up else None
+        return "finished", ending.text if ending else "no work left"
     if crawler.in_turn:
         return "crawling", ""
     if crawler.next_request_at > now:
