@@ -140,7 +140,8 @@ def test_a_fleets_page_sharing_no_key_is_recorded_without_a_query(
     store.add_links([Link("http://a/1", "http://a", 0)])
     cand = store.take_todo("http://a", 1, 1, 0.0)[0]
     signature = random.Random(14).randbytes(dedup.PACK.size)
-    assert store.page_lookups(None, signature, cand.url, 0.8, None, 0.0) == (None, None, None)
+    assert store.page_lookups(None, signature, cand.url, 0.8, None, 0.0) == (
+        None, None, None, None)
     action = CrawlAction(cand, "http://a", ExitCode.OK, 0.0)
     action.near_signature = signature
     queries: list[str] = []
@@ -177,7 +178,7 @@ def test_keys_a_fleet_staged_before_are_merged_and_found(pg_url: PgUrl) -> None:
     assert rows(pg_url, "SELECT COUNT(*) AS n FROM near_dup_keys") == [{"n": dedup.BANDS}]
     copy = bytearray(signature)
     copy[-2:] = b"\xff\xff"
-    _, similar, _ = store.page_lookups(None, bytes(copy), "http://a/new", 0.8, None, 0.0)
+    _, similar, _, _ = store.page_lookups(None, bytes(copy), "http://a/new", 0.8, None, 0.0)
     assert similar is not None and similar[0] == "http://a/old"
     store.close()
 
