@@ -25,7 +25,7 @@ from tests.hostile_server import (
     serves_robots,
     silent,
 )
-from tests.robots_files import hostile_robots
+from tests.robots_files import hostile_robots, within_bound
 
 SLACK = 0.005
 
@@ -444,9 +444,7 @@ def test_a_hanging_url_is_requested_three_times_in_all(db: Path, tmp_path: Path)
     assert candidates(db)[server.url("a") + "hang"]["exit_code"] == "TIMEOUT"
 
 
-def test_a_hostile_robots_txt_does_not_stall_the_other_origins(
-    serve, db: Path, tmp_path: Path
-) -> None:
+def test_a_hostile_robots_txt_does_not_stall_the_other_origins(serve, tmp_path: Path) -> None:
     """Issue 26's robots.txt (10,000 rules of 20 wildcards), 95 rules of 20 wildcards (RE2's DFA
     took up to 0.1 s a new URL) and 30 rules of thousands (judged in a thread), each beside
     URLs of 2,000 octets that keep their rules alive: an origin crawled at the same time keeps
@@ -462,12 +460,23 @@ def test_a_hostile_robots_txt_does_not_stall_the_other_origins(
     site = serve(sites)
     # pages analysed on the event loop too (no worker process to wait for at the start)
     cfg = config(tmp_path, "parse_workers = 0\n[robots]\nmax_size = 1048576\n")
-    run = courtly("crawl", *(site.url(name) for name in sites), "--db", db,
-                  "--min-delay", "0.05", "--config", cfg)
-    assert run.status == 0, run.err
-    normal = site.hits_for("normal")
-    assert len(normal) == 62  # robots.txt, the home page, 60 pages
-    assert max(gaps(normal)) < 0.3, gaps(normal)  # the delay, 0.05 s, and no stall
+    crawls, db = itertools.count(), tmp_path / "crawl.db"
+
+    def largest_gap() -> float:
+        """A crawl of its own database: the normal origin's largest gap between requests."""
+        nonlocal db
+        db, before = tmp_path / f"crawl-{next(crawls)}.db", len(site.hits_for("normal"))
+        run = courtly("crawl", *(site.url(name) for name in sites), "--db", db,
+                      "--min-delay", "0.05", "--config", cfg)
+        assert run.status == 0, run.err
+        normal = site.hits_for("normal")[before:]
+        assert len(normal) == 62  # robots.txt, the home page, 60 pages
+        return max(gaps(normal))
+
+    # the delay, 0.05 s, and no stall (a match on the loop stalled it for seconds), scaled by
+    # the machine's slowness: a suite run on a loaded machine saw 0.34 s once
+    gap, bound = within_bound(largest_gap, 0.3)
+    assert gap < bound, (gap, bound)
     found = candidates(db)
     agent = CrawlConfig().user_agent
     for name, body in files.items():
