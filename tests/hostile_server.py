@@ -130,6 +130,20 @@ def routes(table: Mapping[str, bytes | Fault], default: Fault | None = None) -> 
     return fault
 
 
+def kept_alive(table: Mapping[str, bytes]) -> Fault:
+    """Answer every request on the connection by its path (raw bytes, sent as they are) until
+    the client hangs up: a server that keeps connections alive (only the first request of
+    each connection is a hit)."""
+
+    async def fault(conn: Conn, req: Request | None) -> None:
+        while req is not None:
+            await conn.send(table.get(req.path) or page("not found", "text/plain",
+                                                        "404 Not Found"))
+            req = await _read_request(conn.reader)
+
+    return fault
+
+
 async def silent(conn: Conn, req: Request) -> None:
     """Read the request, never answer."""
     await conn.wait_for_client_close()

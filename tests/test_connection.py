@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import shutil
 import socket
 import ssl
@@ -334,6 +335,32 @@ def test_a_second_response_to_one_request_closes_the_connection() -> None:
 
     bodies, server = run(script, client)
     assert bodies == [b"/a", b"/b"]
+    assert [(c, h.split()[1]) for c, h in server.heads] == [(0, "/a"), (1, "/b")]
+
+
+def test_a_compressed_body_longer_than_its_content_length_is_an_error_not_a_page() -> None:
+    """A gzip body whose Content-Length was too short decoded without error as far as it went:
+    the cut-off page was kept as if whole, and the rest of the body stayed on the kept-alive
+    connection, where the next request read it as its answer (PROTOCOL_ERROR blamed on the
+    next URL). The response is a PROTOCOL_ERROR and its connection is closed."""
+    text = b"<html>" + b"".join(b"<p>%d</p>" % i for i in range(5000))
+    body = gzip.compress(text)
+    cut = (f"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {len(body) // 2}"
+           "\r\n\r\n").encode() + body
+
+    def script(conn: int, request: int, head: str) -> tuple[bytes, bool]:
+        path = head.split()[1]
+        return (cut if path == "/a" else ok(path.encode())), False
+
+    async def client(f: Fetcher, base: str) -> tuple[FetchError, bytes]:
+        with pytest.raises(FetchError) as info:
+            await f.get(f"{base}/a")
+        return info.value, (await f.get(f"{base}/b")).body
+
+    (error, second), server = run(script, client)
+    assert error.exit_code is ExitCode.PROTOCOL_ERROR and "cut short" in error.detail
+    assert error.status == 200
+    assert second == b"/b"
     assert [(c, h.split()[1]) for c, h in server.heads] == [(0, "/a"), (1, "/b")]
 
 

@@ -9,7 +9,7 @@ import ipaddress
 import socket
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -48,6 +48,19 @@ from tests.hostile_server import (
     stall_after_headers,
 )
 
+#: a page's text, compressed by each Content-Encoding
+CODINGS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": gzip.compress, "deflate": zlib.compress, "br": brotli.compress,
+    "zstd": zstandard.compress}
+
+
+def cut_short(coding: str) -> bytes:
+    """A compressed page whose Content-Length says half of it (the rest follows)."""
+    body = CODINGS[coding](b"<html><body>" + b"".join(b"<p>%d</p>" % i for i in range(5000)))
+    return response("200 OK", {"Content-Type": "text/html", "Content-Encoding": coding,
+                               "Content-Length": str(len(body) // 2)}, body)
+
+
 LIMITS = Limits(connect_timeout=1, first_byte_timeout=0.4, read_timeout=0.6, total_timeout=1.2,
                 max_body_size=1 << 20, max_decompressed_size=4 << 20, max_header_count=50,
                 max_header_size=4096)
@@ -82,6 +95,10 @@ FAULTS: dict[str, tuple[Any, ExitCode, str]] = {
                   ExitCode.TOO_LARGE, "decompressed"),
     "bad-zstd": (fixed(page(b"not zstd", Content_Encoding="zstd")), ExitCode.PROTOCOL_ERROR,
                  "compressed"),
+    # the whole compressed body sent, a Content-Length that ends it halfway: each stream
+    # decodes without error as far as it goes
+    **{f"{coding}-cut-short": (fixed(cut_short(coding)), ExitCode.PROTOCOL_ERROR, "cut short")
+       for coding in ("gzip", "deflate", "br", "zstd")},
     "odd-encoding": (fixed(page(b"xx", Content_Encoding="compress")), ExitCode.PROTOCOL_ERROR,
                      "Content-Encoding"),
     "header-count": (fixed(header_flood(1000)), ExitCode.TOO_LARGE, "headers"),

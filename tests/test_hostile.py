@@ -31,6 +31,7 @@ from courtly.store.sqlite import SqliteStore
 from tests.conftest import courtly, courtly_process, fetched_paths, rows, with_sqlite_pragmas
 from tests.hostile_server import (
     Conn,
+    Fault,
     HostileServer,
     Request,
     close_at_once,
@@ -39,6 +40,7 @@ from tests.hostile_server import (
     fixed,
     gzip_bomb,
     header_flood,
+    kept_alive,
     link_page,
     page,
     redirect_forever,
@@ -344,6 +346,18 @@ async def split_fold(conn: Conn, req: Request) -> None:
     await conn.send(b"\tnoindex\r\nContent-Length: 6\r\nConnection: close\r\n\r\n<html>")
 
 
+def crawl_one(name: str, fault: Fault, db: Path, tmp_path: Path) -> HostileServer:
+    """Crawl one origin served by this fault, with no delay between its requests; returns the
+    server (stopped: its URLs and hits stay)."""
+    with HostileServer({name: fault}) as srv:
+        config = tmp_path / "c.toml"
+        config.write_text("[politeness]\nmin_delay = 0.0\n")
+        run = courtly("crawl", srv.url(name), "--db", db, "--config", config,
+                      "--progress", "off")
+    assert run.status == 0, run.err
+    return srv
+
+
 def test_a_folded_header_is_unfolded(db: Path, tmp_path: Path) -> None:
     """obs-fold (a header line continued on the next, RFC 9112 §5.2), which a user agent must
     unfold: llhttp refuses it, and such responses were PROTOCOL_ERROR."""
@@ -360,17 +374,35 @@ def test_a_folded_header_is_unfolded(db: Path, tmp_path: Path) -> None:
         # unfolded, its headers are over limits.max_header_count
         "/flood": header_flood(150).replace(b"X-Flood-0: ", b"X-Flood-0:\r\n ", 1),
     }
-    with HostileServer({"folded": routes(folded)}) as srv:
-        config = tmp_path / "c.toml"
-        config.write_text("[politeness]\nmin_delay = 0.0\n")
-        run = courtly("crawl", srv.url("folded"), "--db", db, "--config", config,
-                      "--progress", "off")
-    assert run.status == 0, run.err
+    srv = crawl_one("folded", routes(folded), db, tmp_path)
     found = {r["url"]: r for r in rows(db, "SELECT url, exit_code, content_type FROM candidates")}
     assert {url: r["exit_code"] for url, r in found.items()} == {
         srv.url("folded"): "OK", srv.url("folded", "/noindex"): "NOINDEX",
         srv.url("folded", "/split"): "NOINDEX", srv.url("folded", "/flood"): "TOO_LARGE"}
     assert found[srv.url("folded")]["content_type"] == "text/html; charset=iso-8859-1"
+
+
+def test_a_compressed_page_cut_short_is_an_error_and_the_next_page_is_fine(
+    db: Path, tmp_path: Path
+) -> None:
+    """A gzip page whose Content-Length was too short (on a kept-alive connection) was kept
+    cut off as if whole (OK), and the rest of its body was read as the next page's answer:
+    that page was a PROTOCOL_ERROR. Now the cut page is the error and the next page is OK."""
+    def kept(body: bytes, **headers: str) -> bytes:
+        head = {"Content-Type": "text/html", "Content-Length": str(len(body))}
+        head |= {k.replace("_", "-"): v for k, v in headers.items()}
+        return (b"HTTP/1.1 200 OK\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items())
+                .encode() + b"\r\n" + body)
+
+    cut = gzip.compress(b"<html><title>cut</title>" + b"<p>more</p>" * 5000)
+    table = {"/": kept(b'<a href="/cut">c</a><a href="/next">n</a>'),
+             "/cut": kept(cut, Content_Length=str(len(cut) // 2), Content_Encoding="gzip"),
+             "/next": kept(b"<html><title>next</title></html>")}
+    srv = crawl_one("kept", kept_alive(table), db, tmp_path)
+    found = {r["url"]: r for r in rows(db, "SELECT url, exit_code, detail FROM crawl_log")}
+    assert found[srv.url("kept", "/cut")]["exit_code"] == str(ExitCode.PROTOCOL_ERROR)
+    assert "cut short" in found[srv.url("kept", "/cut")]["detail"]
+    assert found[srv.url("kept", "/next")]["exit_code"] == "OK"
 
 
 def test_patience_runs_out_on_an_origin_that_always_fails(db: Path, tmp_path: Path) -> None:

@@ -87,6 +87,69 @@ class _Sink:
         return out
 
 
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_SKIPPABLE = 0x184D2A50  # the magic of a skippable frame, its low 4 bits any
+
+
+class _ZstdFrames:
+    """Whether a zstd body so far ends where a frame does (RFC 8878 §3.1), read from the frame
+    and block headers as the body arrives: the decompressor does not tell."""
+
+    def __init__(self) -> None:
+        self._part = "magic"  # the header part wanted next
+        self._need = 4  # its size
+        self._head = b""  # what came of it so far
+        self._skip = 0  # content bytes to pass over first
+        self._checksum = False  # the frame ends with a checksum
+
+    @property
+    def ended(self) -> bool:
+        """The body so far is whole frames."""
+        return self._part == "magic" and not self._head and not self._skip
+
+    def feed(self, data: bytes) -> None:
+        """Pass over these bytes of the body."""
+        at = 0
+        while at < len(data):
+            if self._skip:
+                passed = min(self._skip, len(data) - at)
+                self._skip -= passed
+                at += passed
+                continue
+            taken = data[at:at + self._need - len(self._head)]
+            self._head += taken
+            at += len(taken)
+            if len(self._head) == self._need:
+                self._read(int.from_bytes(self._head, "little"))
+                self._head = b""
+
+    def _read(self, value: int) -> None:
+        part = self._part
+        if part == "magic":
+            if value & ~0xF == _ZSTD_SKIPPABLE:
+                self._part = "skippable"
+            elif value == _ZSTD_MAGIC:
+                self._part, self._need = "descriptor", 1
+            else:  # not zstd: the decompressor says so
+                self._part, self._skip = "garbage", 1 << 62
+        elif part == "skippable":
+            self._part, self._skip = "magic", value
+        elif part == "descriptor":
+            single = value >> 5 & 1
+            self._checksum = bool(value >> 2 & 1)
+            self._need = (1 - single + (0, 1, 2, 4)[value & 3]  # window, dictionary id
+                          + (single, 2, 4, 8)[value >> 6])  # content size
+            self._part = "frame header"
+        elif part == "frame header":
+            self._part, self._need = "block", 3
+        elif part == "block":  # last block: bit 0; type: bits 1-2 (1: RLE, one byte); size
+            self._skip = 1 if value >> 1 & 3 == 1 else value >> 3
+            if value & 1:
+                self._part, self._need = ("checksum", 4) if self._checksum else ("magic", 4)
+        else:  # the checksum
+            self._part = "magic"
+
+
 #: a zstd frame's largest window: RFC 9659 caps the content coding's at 8 MB (a frame asking
 #: more would make the decoder allocate it)
 _ZSTD_WINDOW = 8 << 20
@@ -98,13 +161,15 @@ class Decoder:
     applied in turn (`gzip, gzip`) are undone in turn, each layer capped.
 
     Past the limit, feed() raises TOO_LARGE; with truncate, it returns the first `limit` bytes
-    and nothing after.
+    and nothing after. `cut_short` tells a body that ended inside a compressed stream (which
+    decodes without error as far as it goes).
     """
 
     def __init__(self, encoding: str, limit: int, truncate: bool = False) -> None:
         self.limit = limit
         self.truncate = truncate
         self.made = 0  # this layer's output
+        self._fed = False  # this layer was given input
         self._zlib: Any = None
         self._brotli: Any = None
         self._zstd: Any = None
@@ -122,6 +187,7 @@ class Decoder:
             self._brotli = brotli.Decompressor()
         elif coding == "zstd":  # not asked for, but a Chrome's server may send it
             self._sink = _Sink()
+            self._frames = _ZstdFrames()
             self._zstd = zstandard.ZstdDecompressor(max_window_size=_ZSTD_WINDOW).stream_writer(
                 self._sink)  # type: ignore[arg-type]  # it calls write() alone
         elif coding:
@@ -132,8 +198,22 @@ class Decoder:
         """The decoded body's bytes so far."""
         return self.made if self._then is None else self._then.size
 
+    @property
+    def cut_short(self) -> bool:
+        """The input so far ends inside a compressed stream (in this layer or one it feeds)."""
+        if self._zlib is not None:
+            ended = self._zlib.eof
+        elif self._brotli is not None:
+            ended = self._brotli.is_finished()
+        elif self._zstd is not None:
+            ended = self._frames.ended
+        else:
+            ended = True
+        return (self._fed and not ended) or (self._then is not None and self._then.cut_short)
+
     def feed(self, data: bytes) -> bytes:
         """Decode one chunk; raise TOO_LARGE past the limit, PROTOCOL_ERROR on garbage."""
+        self._fed = self._fed or bool(data)
         try:
             if self._zlib is not None:
                 out = self._inflate(data)
@@ -162,6 +242,7 @@ class Decoder:
         self._sink.room = self.limit - self.made + 1
         with contextlib.suppress(_Full):  # over the limit: the caller raises TOO_LARGE
             self._zstd.write(data)
+        self._frames.feed(data)
         return self._sink.taken()
 
     def _inflate(self, data: bytes) -> bytes:
@@ -383,7 +464,12 @@ class Connection(asyncio.Protocol):
         if self._waiter is None:
             return
         if self.head_done and not self._delimited and exc is None:
-            self._complete()  # the body ran to the end of the connection (HTTP/1.0 style)
+            # the body ran to the end of the connection (HTTP/1.0 style)
+            cut = self._cut_short()
+            if cut is None:
+                self._complete()
+            else:
+                self._fail(cut)
             return
         if is_local(exc):  # e.g. ENOBUFS while sending: our machine's fault, not the server's
             self._fail(LocalError(f"{exc}"))
@@ -460,8 +546,19 @@ class Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._waiter is None or not self.head_done:
             return  # after a cut-off, or the end of a 1xx response
+        cut = self._cut_short()
+        if cut is not None:  # what the server sent past the length is not read as a response
+            raise cut
         self.reusable = self._parser.should_keep_alive()
         self._complete()
+
+    def _cut_short(self) -> FetchError | None:
+        """The error of a body that ended inside its compressed stream: the stream decodes
+        without error as far as it goes, and the page would be kept as if whole."""
+        if self._decoder is None or not self._decoder.cut_short:
+            return None
+        return FetchError(ExitCode.PROTOCOL_ERROR, f"compressed body cut short: the message "
+                          f"ended after {self._body} bytes, inside its compressed stream")
 
     def head(self) -> bytes:
         """The response's status line and header lines as received, in their order and case (a
