@@ -405,6 +405,31 @@ def test_a_compressed_page_cut_short_is_an_error_and_the_next_page_is_fine(
     assert found[srv.url("kept", "/next")]["exit_code"] == "OK"
 
 
+def test_a_body_without_a_content_type_is_a_page_only_if_it_looks_like_html(
+    db: Path, tmp_path: Path
+) -> None:
+    """A response without Content-Type was parsed as HTML, whatever it was: a binary file was
+    kept and fingerprinted as a page (OK). Its first bytes now say (WHATWG MIME Sniffing):
+    HTML is a page, binary a file; application/octet-stream stays a file, as in browsers."""
+    def untyped(body: bytes, **headers: str) -> bytes:
+        return response("200 OK", {"Content-Length": str(len(body))} | headers, body)
+
+    html_page = b"\n  <!DOCTYPE html><title>t</title><a href='/found'>f</a>"
+    table = {"/": link_page(["/html", "/binary", "/unknown", "/octet"]),
+             "/html": untyped(html_page),
+             "/binary": untyped(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + os.urandom(2000)),
+             "/unknown": untyped(b"<html><title>*/*</title>", Content_Type="*/*"),
+             "/octet": page(html_page, "application/octet-stream"),
+             "/found": link_page([])}
+    srv = crawl_one("untyped", routes(table), db, tmp_path)
+    found = {r["url"]: r["exit_code"] for r in rows(db, "SELECT url, exit_code FROM candidates")}
+    assert found == {srv.url("untyped"): "OK", srv.url("untyped", "/html"): "OK",
+                     srv.url("untyped", "/binary"): "UNSUPPORTED_CONTENT",
+                     srv.url("untyped", "/unknown"): "OK",
+                     srv.url("untyped", "/octet"): "UNSUPPORTED_CONTENT",
+                     srv.url("untyped", "/found"): "OK"}
+
+
 def test_patience_runs_out_on_an_origin_that_always_fails(db: Path, tmp_path: Path) -> None:
     pages: dict[str, Any] = {"/": link_page([f"/p{i}" for i in range(20)])}
     pages |= {f"/p{i}": fixed(response("HTTP/1.1 OK", {})) for i in range(20)}

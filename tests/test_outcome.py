@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from courtly import outcome
+from courtly import outcome, sniff
 from courtly.config import CrawlConfig, Policies
 from courtly.fetch import FetchError, HttpResponse
 from courtly.model import Candidate, CrawlAction, ExitCode, LinkState
@@ -302,3 +302,19 @@ def test_the_validators_kept_from_a_response(
     headers: dict[str, str], stored: Candidate | None, kept: tuple[str | None, str | None]
 ) -> None:
     assert outcome.kept_validators(headers, WALL, stored) == kept
+
+
+@pytest.mark.parametrize(("body", "kind"), [
+    (b"\n\t <!doctype html><p>", "text/html"), (b"<HTML>", "text/html"),
+    (b"<a href=x>", "text/html"), (b"<!-- c -->", "text/html"), (b"<br/>", "text/plain"),
+    (b"<html", "text/plain"), (b"<?xml version='1.0'?>", "text/xml"),
+    (b"%PDF-1.7\n\x00", "application/pdf"), (b"\xef\xbb\xbf<html>", "text/plain"),
+    (b"plain words", "text/plain"), (b"GIF89a\x01\x00\x01\x00", "application/octet-stream"),
+    (b"x" * 1445 + b"\x00", "text/plain"),  # a binary byte past the resource header
+])
+def test_a_body_without_a_type_is_sniffed_as_the_mime_sniffing_standard_says(
+    body: bytes, kind: str
+) -> None:
+    assert sniff.sniffed(body) == kind
+    assert sniff.content_type(None, body) == sniff.content_type("*/*", body) == kind
+    assert sniff.content_type("application/octet-stream", body) == "application/octet-stream"

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from courtly import sitemaps
+from courtly import sitemaps, sniff
 from courtly.config import CrawlConfig, Politeness
 from courtly.errors import one_line
 from courtly.fetch import FetchError, HttpResponse
@@ -243,9 +243,12 @@ def _to_itself(url: str, location: str, asked: str | None) -> Reading:
 
 def is_page(resp: HttpResponse) -> bool:
     """A 2xx HTML answer: `read` says Next.PAGE of it, whatever the origin's state (unless its
-    Refresh header makes it a redirect)."""
-    content_type = resp.headers.get("content-type") or "text/html"
-    return 200 <= resp.status < 300 and content_type.lower().startswith(_HTML_TYPES)
+    Refresh header makes it a redirect). Without a Content-Type naming a type, the body's first
+    bytes say whether it is HTML (sniff.py)."""
+    if not 200 <= resp.status < 300:
+        return False
+    content_type = sniff.content_type(resp.headers.get("content-type"), resp.body)
+    return content_type.lower().startswith(_HTML_TYPES)
 
 
 def too_many_redirects(limit: int) -> Reading:
