@@ -159,6 +159,26 @@ def test_discovery_reads_feeds_text_and_utf16_sitemaps_and_counts_what_it_drops(
     assert cands[a + "/utf16.xml"]["detail"] == "sitemap: 2 URLs" + dropped
 
 
+def test_a_plain_sitemap_may_have_the_protocols_50_mb_a_page_max_body_size(
+    serve, db: Path
+) -> None:
+    """A 12 MiB sitemap served uncompressed is read (before: TOO_LARGE over max_body_size,
+    10 MiB); a 12 MiB page is still TOO_LARGE."""
+    big = 12 << 20
+    site = serve({"a": {"/": Page(html("Home", ["/big-page"])), "/listed": Page(html("L", [])),
+                        "/big-page": Page(b"<html>" + b" " * big)}})
+    a, pages = site.origins["a"], site.sites["a"]
+    pages["/robots.txt"] = robots("User-agent: *\nAllow: /\nSitemap: /big.xml\n")
+    padded = sitemap([f"{a}/listed"]).replace(b"<url>", b" " * big + b"<url>")
+    pages["/big.xml"] = Page(padded, 200, XML)
+    run = courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0", "--strategy", "discovery")
+    assert run.status == 0, run.err
+    cands = candidates(db)
+    assert cands[a + "/big.xml"]["detail"] == "sitemap: 1 URLs"
+    assert cands[a + "/listed"]["exit_code"] == "OK"
+    assert cands[a + "/big-page"]["exit_code"] == "TOO_LARGE"
+
+
 def test_discovery_caps_new_urls_per_origin_across_runs(serve, db: Path, tmp_path: Path) -> None:
     pages = {"/": Page(html("Home", [f"/p{i}" for i in range(20)]))}
     pages |= {f"/p{i}": Page(html(f"P{i}", [f"/p{i}/deeper"])) for i in range(20)}

@@ -81,7 +81,8 @@ class Limits(_Section):
     min_rate: int = Field(1024, ge=0)
     min_rate_window: float = Field(10.0, gt=0)
     max_body_size: int = Field(10 * 1024 * 1024, gt=0)
-    #: bytes a body may have once decoded (Content-Encoding; a gzipped sitemap's gzip too)
+    #: bytes a body may have once decoded (Content-Encoding; a gzipped sitemap's gzip too), and
+    #: an XML, RSS or Atom body at all (a sitemap's, sitemaps.org's 50 MB)
     max_decompressed_size: int = Field(50 * 1024 * 1024, gt=0)
     max_header_size: int = Field(64 * 1024, gt=0)
     max_header_count: int = Field(100, gt=0)

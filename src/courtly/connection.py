@@ -57,6 +57,17 @@ def keep_alive_timeout(header: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
+#: the media types of an XML sitemap; with a feed's, an uncompressed body of theirs may have
+#: `limits.max_decompressed_size` (sitemaps.org's 50 MB), other bodies `max_body_size`
+XML_TYPES = ("text/xml", "application/xml", "application/x-xml")
+_SITEMAP_SIZED = (*XML_TYPES, "application/rss+xml", "application/atom+xml")
+
+
+def media_type(content_type: str | None) -> str:
+    """A Content-Type's media type, lower case, without its parameters."""
+    return (content_type or "").split(";")[0].strip().lower()
+
+
 def deadline_error(first_byte: float, total: float, head_done: bool) -> FetchError:
     """The timeout of a fetch that reached its deadline: the first byte's, or the total's."""
     if first_byte < total and not head_done:
@@ -516,6 +527,8 @@ class Connection(asyncio.Protocol):
         self.head_done = True  # the deadline is now the total (the timer reads it when due)
         self._received = []
         headers = self._headers
+        if not self._truncate and media_type(headers.get("content-type")) in _SITEMAP_SIZED:
+            self._limit = max(self._limit, self._max_decoded)  # a sitemap's, perhaps
         declared = headers.get("content-length")
         self._delimited = declared is not None or "chunked" in headers.get(
             "transfer-encoding", "").lower() or status in (204, 304)
@@ -571,6 +584,7 @@ class Connection(asyncio.Protocol):
     def _complete(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
-            waiter.set_result((self._parser.get_status_code(), self._headers,
-                               b"".join(self._parts), self.head()))
+            body = b"".join(self._parts)
+            self._parts = []  # not kept by an idle connection beside the body (up to 50 MiB)
+            waiter.set_result((self._parser.get_status_code(), self._headers, body, self.head()))
         self._finish()

@@ -5,7 +5,8 @@ text file of one URL a line. XML may be UTF-8 or UTF-16, with or without a BOM o
 Parsed with the standard library's expat (which refuses entity-expansion bombs) in a streaming
 pass; a sitemap that is not well-formed XML falls back to reading its <loc> elements with a regular
 expression, as search engines do. The limits are `limits.max_sitemap_entries` (the protocol's
-50,000) and `limits.max_decompressed_size` (50 MiB, the protocol's 50 MB uncompressed).
+50,000) and `limits.max_decompressed_size` (50 MiB, the protocol's 50 MB uncompressed: a gzipped
+sitemap's, and the fetcher's for a body typed XML, RSS or Atom).
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ from dataclasses import dataclass, field
 from xml.etree import ElementTree
 
 from courtly.config import Limits
-from courtly.connection import Decoder
+from courtly.connection import XML_TYPES, Decoder, media_type
 from courtly.errors import FetchError
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_XML_TYPES = ("text/xml", "application/xml", "application/x-xml")
 _GZIP_TYPES = ("application/gzip", "application/x-gzip", "application/octet-stream")
 _LOC = re.compile(rb"<loc>\s*([^<]+?)\s*</loc>", re.I)
 _ROOT = re.compile(rb"<(?:\w+:)?(urlset|sitemapindex|rss|feed)[\s>]", re.I)
@@ -52,12 +52,12 @@ class Sitemap:
 
 def looks_like_sitemap(url: str, content_type: str | None, body: bytes) -> bool:
     """Cheap test before parsing: an XML or gzip response, or a .xml / .xml.gz URL."""
-    ctype = (content_type or "").split(";")[0].strip().lower()
+    ctype = media_type(content_type)
     path = url.split("?")[0].lower()
     if ctype == "text/plain":
         return _text_head(body)
     return (
-        ctype in _XML_TYPES or ctype.endswith("+xml") or ctype in _GZIP_TYPES
+        ctype in XML_TYPES or ctype.endswith("+xml") or ctype in _GZIP_TYPES
         or path.endswith((".xml", ".xml.gz")) or body.startswith(_GZIP_MAGIC)
     ) and not ctype.startswith(("text/html", "application/xhtml"))
 
