@@ -19,6 +19,7 @@ from tests.conftest import (
     courtly_process,
     fetched_paths,
     move_clock,
+    robots,
     rows,
     time_moved,
 )
@@ -181,6 +182,35 @@ def test_force_recrawl_and_time_offset_in_process(
     move_clock(monkeypatch, 30 * DAY)
     assert courtly("crawl", "--db", db, "--min-delay", "0").status == 0
     assert len(fetched_paths(site, "a")) == 15
+
+
+@pytest.mark.parametrize("db", [
+    "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+def test_a_sitemap_lastmod_after_the_last_crawl_makes_that_page_due(
+    serve, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the entry whose <lastmod> is after its page's last crawl is due (before: none);
+    an older one, one in the future and an entry without one change nothing."""
+    site = serve({"a": {"/": Page(html("Home", ["/old", "/new", "/future", "/none"]))}
+                  | {f"/{p}": Page(html(p, [])) for p in ("old", "new", "future", "none")}})
+    a, pages = site.origins["a"], site.sites["a"]
+    pages["/robots.txt"] = robots("User-agent: *\nAllow: /\nSitemap: /sitemap.xml\n")
+    pages["/sitemap.xml"] = Page(b"not yet", 404)  # an error: due again in a day
+    crawl = ("crawl", "--db", db, "--min-delay", "0", "--strategy", "discovery")
+    assert courtly(*crawl, a + "/").status == 0
+    first = len(fetched_paths(site, "a"))
+    after = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + DAY))
+    entries = {"old": "2020-01-01", "new": after, "future": "2999-01-01T00:00:00+00:00",
+               "none": ""}
+    urlset = "".join(f"<url><loc>{a}/{p}</loc>" + (f"<lastmod>{m}</lastmod>" if m else "")
+                     + "</url>" for p, m in entries.items())
+    pages["/sitemap.xml"] = Page(f"<urlset>{urlset}</urlset>", 200,
+                                 {"Content-Type": "application/xml"})
+    pages["/new"] = Page(html("new, changed", []))
+    move_clock(monkeypatch, 2 * DAY)  # the sitemap is due, the pages (7 days) are not
+    run = courtly(*crawl)
+    assert run.status == 0, run.err
+    assert fetched_paths(site, "a")[first:] == ["/sitemap.xml", "/new"]
 
 
 # -- the interval rules on their own ----------------------------------------------------

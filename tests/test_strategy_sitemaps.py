@@ -96,3 +96,25 @@ def test_utf16_xml_feeds_and_text_files_are_sitemaps_as_the_protocol_allows() ->
     assert capped is not None and capped.truncated and capped.locs == ["http://a/1", "http://a/2"]
     assert not looks_like_sitemap("http://a/notes.txt", "text/plain", b"Notes\nhttp://a/1\n")
     assert parse_sitemap(b"Notes\nhttp://a/1\n") is None
+
+
+def test_lastmod_read_as_a_w3c_datetime_and_believed_only_when_it_can_be() -> None:
+    """<lastmod> (url and sitemap entries, before or after <loc>): a date is its midnight UTC;
+    one in the future is not believed, nor a sitemap whose entries all have the same."""
+    def entry(loc: str, lastmod: str) -> str:
+        return f"<url><lastmod>{lastmod}</lastmod><loc>{loc}</loc></url>" if lastmod else (
+            f"<url><loc>{loc}</loc></url>")
+    body = f"<urlset {NS}>" + "".join(entry(f"http://a/{i}", m) for i, m in enumerate(
+        ["2024-01-02", "2024-01-02T03:04:05+01:00", "2024-01", "yesterday", "",
+         "2030-01-01T00:00:00Z"])) + "</urlset>"
+    parsed = parse_sitemap(body.encode())
+    assert parsed is not None and len(parsed.locs) == 6
+    jan2 = 1704153600.0  # 2024-01-02T00:00:00Z
+    assert parsed.lastmods == [("http://a/0", jan2), ("http://a/1", jan2 + 7445),
+                               ("http://a/5", 1893456000.0)]
+    assert parsed.modified(now=jan2 + 86400) == parsed.lastmods[:2]
+    stamped = f"<sitemapindex {NS}>" + "".join(
+        f"<sitemap><loc>http://a/s{i}.xml</loc><lastmod>2024-01-02</lastmod></sitemap>"
+        for i in range(3)) + "</sitemapindex>"
+    every = parse_sitemap(stamped.encode())
+    assert every is not None and len(every.lastmods) == 3 and every.modified(now=2e9) == []

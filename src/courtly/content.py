@@ -235,7 +235,8 @@ class ContentReader:
         if parsed is None:
             return
         action.exit_code = ExitCode.OK
-        dropped = self.links.sitemap(action, parsed.locs, parsed.is_index)
+        dropped = self.links.sitemap(action, parsed.locs, parsed.is_index,
+                                     dict(parsed.modified(action.started)))
         not_followed = f", {dropped} not followed (out of scope or not http(s))"
         action.detail = (f"{parsed.label}: {len(parsed.locs)} URLs" + not_followed * bool(dropped)
                          + " (truncated)" * parsed.truncated)

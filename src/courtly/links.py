@@ -79,9 +79,11 @@ class Links:
         action.links.extend(self.scheduled())  # what page_crawled scheduled, if anything
         action.links.extend(self._link(url, depth, score) for url in unsettled)
 
-    def sitemap(self, action: CrawlAction, locs: list[str], is_index: bool) -> int:
+    def sitemap(self, action: CrawlAction, locs: list[str], is_index: bool,
+                modified: dict[str, float]) -> int:
         """A sitemap's <loc> entries, normalized and in scope, through the strategy; how many
-        were not (no http(s) URL, or out of scope)."""
+        were not (no http(s) URL, or out of scope). Those with a <lastmod> to believe
+        (`modified`, by <loc>) go to `action.modified`: due if crawled before it (recrawl.md)."""
         depth = action.candidate.depth + 1
         meta = {"sitemap": True} if is_index else {"from_sitemap": True}
         found = []
@@ -89,6 +91,9 @@ class Links:
             target = normalize(loc, action.candidate.url, self.rules)
             if target is not None and self.policy.in_scope(target):
                 found.append(Request(target, depth, meta=dict(meta)))
+                if (when := modified.get(loc)) is not None:
+                    self.admit(target, origin_of(target))
+                    action.modified.append((target, when))
         self.found(action, found, vetted=True)
         return len(locs) - len(found)
 

@@ -150,6 +150,8 @@ class CrawlAction:
     canonical: str | None = None
     duplicate_of: str | None = None
     links: list[Link] = field(default_factory=list)
+    #: a sitemap's entries and their <lastmod>: each is due now if last crawled before it
+    modified: list[tuple[str, float]] = field(default_factory=list)
     next_due: float = 0.0
     recrawl_interval: float | None = None  # seconds from started to next_due
     near_signature: bytes | None = None  # MinHash signature of the text (courtly.dedup)

@@ -1,6 +1,8 @@
 """Sitemaps (sitemaps.org): a <urlset> of page URLs or a <sitemapindex> of sitemaps, maybe gzipped;
 also what the protocol accepts in their place, an RSS 2.0 or Atom feed (its items' links) and a
-text file of one URL a line. XML may be UTF-8 or UTF-16, with or without a BOM or a namespace.
+text file of one URL a line. A <urlset>'s or <sitemapindex>'s entries' <lastmod> is read too, and
+believed as docs/recrawl.md says (`Sitemap.modified`). XML may be UTF-8 or UTF-16, with or
+without a BOM or a namespace.
 
 Parsed with the standard library's expat (which refuses entity-expansion bombs) in a streaming
 pass; a sitemap that is not well-formed XML falls back to reading its <loc> elements with a regular
@@ -14,6 +16,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from xml.etree import ElementTree
 
 from courtly.config import Limits
@@ -37,11 +40,22 @@ class Sitemap:
     kind: str  # "urlset", "sitemapindex", "rss", "feed" (Atom) or "text"
     locs: list[str] = field(default_factory=list)
     truncated: bool = False
+    #: the <lastmod> of the entries that have one that reads as a W3C datetime: (loc, time)
+    lastmods: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def is_index(self) -> bool:
         """True for a sitemap index (its locs are sitemaps)."""
         return self.kind == "sitemapindex"
+
+    def modified(self, now: float) -> list[tuple[str, float]]:
+        """The entries whose <lastmod> can be believed at `now` (docs/recrawl.md): not one in
+        the future, and none when two or more entries have a <lastmod> and all have the same
+        (a CMS writing its clock's time or date into every entry)."""
+        times = {when for _, when in self.lastmods}
+        if len(times) == 1 and len(self.lastmods) > 1:
+            return []
+        return [(loc, when) for loc, when in self.lastmods if when <= now]
 
     @property
     def label(self) -> str:
@@ -93,7 +107,8 @@ def parse_sitemap(body: bytes, limits: Limits) -> Sitemap | None:
     sitemap = Sitemap(root.group(1).decode().lower())
     try:
         _read_xml(data, sitemap, limit)
-    except ElementTree.ParseError:
+    except ElementTree.ParseError:  # (its <lastmod>s not read)
+        sitemap.lastmods = []
         sitemap.locs = [
             html.unescape(m.group(1).decode("utf-8", "replace")) for m in _LOC.finditer(data)
         ][:limit]
@@ -104,6 +119,8 @@ def _read_xml(data: bytes, sitemap: Sitemap, limit: int) -> None:
     """Fill sitemap.locs in one streaming pass: <loc>s, or the links of a feed's items."""
     feed = sitemap.kind in ("rss", "feed")
     in_entry = 0  # inside an RSS <item> or an Atom <entry>
+    entry_loc: str | None = None  # a sitemap's <url> or <sitemap> entry's, so far
+    lastmod: str | None = None
     for event, element in ElementTree.iterparse(_Reader(data), events=("start", "end")):
         name = element.tag.rsplit("}", 1)[-1]
         if name in ("item", "entry"):
@@ -113,6 +130,12 @@ def _read_xml(data: bytes, sitemap: Sitemap, limit: int) -> None:
         loc = None
         if not feed:
             loc = element.text if name == "loc" else None
+            if name == "lastmod":
+                lastmod = element.text
+            elif name in ("url", "sitemap"):
+                if entry_loc and lastmod and (when := w3c_datetime(lastmod)) is not None:
+                    sitemap.lastmods.append((entry_loc, when))
+                entry_loc = lastmod = None
         elif in_entry and name == "link":
             if element.tag == _ATOM + "link":  # Atom: the entry's alternate link's href
                 if element.get("rel", "alternate") == "alternate":
@@ -123,9 +146,23 @@ def _read_xml(data: bytes, sitemap: Sitemap, limit: int) -> None:
             if len(sitemap.locs) >= limit:
                 sitemap.truncated = True
                 return
-            sitemap.locs.append(loc.strip())
+            entry_loc = loc.strip()
+            sitemap.locs.append(entry_loc)
         elif name in ("url", "sitemap", "item", "entry"):
             element.clear()
+
+
+def w3c_datetime(text: str) -> float | None:
+    """A <lastmod>'s time (sitemaps.org: a W3C datetime; a date alone is its midnight, a time
+    without a zone UTC's), or None when it reads as none (a year or a month alone included)."""
+    text = text.strip()
+    if len(text) < 10:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    except (ValueError, OverflowError):
+        return None
 
 
 def _text(data: bytes, limit: int) -> Sitemap:

@@ -422,6 +422,9 @@ class SqlRecords(NearDupIndex, SqlReads):
         "INSERT INTO crawl_log ([[part, ]]run, url, origin, started, elapsed, exit_code, "
         "http_status, content_type, content_length, detail, worker) "
         "VALUES ([[?, ]]?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    _MODIFIED = Keyed(
+        "UPDATE candidates SET next_due = ? WHERE [[part = ? AND ]]url = ? "
+        "AND state IN ('CRAWLED', 'ERROR') AND last_crawl < ? AND next_due > ?")
     _RETRY = Keyed(
         "UPDATE candidates SET state = 'QUEUED', taken_run = NULL, attempts = attempts + 1, "
         "exit_code = ?, http_status = ?, detail = ? WHERE id = ?[[ AND part = ? AND url = ?]]")
@@ -529,6 +532,10 @@ class SqlRecords(NearDupIndex, SqlReads):
             self._keep(action, part)
         elif action.revisit_of is not None and action.exchange is not None:
             self._revisit(action, action.revisit_of, part)
+        if action.modified:  # a sitemap's entries changed since their last crawl: due now
+            now = action.started
+            self._xmany(self._MODIFIED, [(now, *self._url_part_param(url), url, when, now)
+                                         for url, when in action.modified])
         if action.links:
             self._insert_links(action.links)
         if action.origin_state is not None:
