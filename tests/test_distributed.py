@@ -382,3 +382,38 @@ def test_an_origin_finished_again_is_counted_once(serve, pg_url: PgUrl, tmp_path
 def test_worker_needs_a_postgres_database(tmp_path) -> None:
     run = courtly("worker", "--db", tmp_path / "x.db")
     assert run.status == 2 and "postgresql://" in run.err
+
+
+def test_a_forced_recrawl_is_one_per_run_however_many_workers_join(
+    serve, pg_url: PgUrl, tmp_path: Path
+) -> None:
+    """Each worker started with --force-recrawl made every known URL due again, those the
+    fleet had already recrawled in this run too: after the run they were left due, and the
+    next run fetched them once more. Now a joiner of the run marks only what this run has not
+    crawled yet: one forced recrawl per run, then nothing is due."""
+    site = fleet_site(serve)
+    assert courtly("add-seeds", *(site.url(n) for n in NAMES), "--db", pg_url).status == 0
+    config = fleet_config(tmp_path)
+    wait_all(start_workers(pg_url, 1, config, delay=0))
+    first = {name: len(fetched_paths(site, name)) for name in NAMES}
+
+    def forced() -> subprocess.Popen[str]:
+        return courtly_process("worker", "--db", pg_url, "--force-recrawl", "--min-delay",
+                               "0.3", "--progress", "off", "--config", config)
+
+    procs = [forced()]
+    deadline = time.monotonic() + 60
+    while len(rows(pg_url, "SELECT id FROM crawl_log")) < len(all_urls(site)) + 30:
+        assert time.monotonic() < deadline and procs[0].poll() is None, "no recrawl under way"
+        time.sleep(0.05)
+    procs.append(forced())  # joins the run a third of the way in
+    wait_all(procs)
+    assert len(rows(pg_url, "SELECT id FROM runs")) == 2
+    for name in NAMES:  # the forced run: every page once
+        paths = fetched_paths(site, name)[first[name]:]
+        assert sorted(paths) == sorted({"/", *(f"/p{k}" for k in range(PAGES))}), name
+    second = {name: len(fetched_paths(site, name)) for name in NAMES}
+
+    wait_all(start_workers(pg_url, 1, config, delay=0))  # a plain run: nothing is due
+    assert {name: fetched_paths(site, name)[second[name]:] for name in NAMES} == {
+        name: [] for name in NAMES}

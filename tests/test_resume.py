@@ -81,12 +81,14 @@ def test_kill_9_then_resume_completes_every_page_once(
         assert rows(db, "PRAGMA integrity_check")[0]["integrity_check"] == "ok"
 
 
-def test_a_forced_recrawl_killed_and_resumed_without_the_flag_recrawls_what_it_left(
-    serve, db: Path, tmp_path: Path
+@pytest.mark.parametrize("again", [[], ["--force-recrawl"]])
+def test_a_forced_recrawl_killed_and_resumed_recrawls_what_it_left(
+    serve, db: Path, tmp_path: Path, again: list[str]
 ) -> None:
     """--force-recrawl makes every URL due in the database: the resume, a plain `crawl`,
     recrawls the pages the killed run had not reached (they were waiting for their own due
-    time, 7 days away), and none it had."""
+    time, 7 days away), and none it had. Resumed with the flag again, it made due what the
+    killed run had recrawled too: the next crawl fetched them once more; now nothing is due."""
     site = serve({"a": chain_site("a"), "b": chain_site("b")})
     first_run = courtly("crawl", site.url("a"), site.url("b"), "--db", db, "--min-delay", "0")
     assert first_run.status == 0, first_run.err
@@ -101,12 +103,15 @@ def test_a_forced_recrawl_killed_and_resumed_without_the_flag_recrawls_what_it_l
     proc.wait(10)
     assert len(rows(db, "SELECT id FROM crawl_log")) < 2 * total  # killed mid-way
 
-    resumed = courtly("crawl", "--db", db, "--min-delay", "0.01")
+    resumed = courtly("crawl", "--db", db, "--min-delay", "0.01", *again)
     assert resumed.status == 0, resumed.err
     for name in ("a", "b"):
         paths = Counter(fetched_paths(site, name)[first[name]:])
         assert len(paths) == PAGES + 1, name  # every page recrawled
         assert sum(n - 1 for n in paths.values()) <= 1  # but the one in flight, once
+    second = {name: len(fetched_paths(site, name)) for name in ("a", "b")}
+    assert courtly("crawl", "--db", db, "--min-delay", "0").status == 0
+    assert [fetched_paths(site, name)[second[name]:] for name in ("a", "b")] == [[], []]
 
 
 def test_a_group_of_writes_is_committed_once_it_is_commit_interval_old(tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ class Steering:
         fleet = self.fleet
         run = await self.db.call(self.store.begin_run if fleet is None else fleet.join)
         if self.config.force_recrawl:  # kept: a resume without the flag recrawls what is left
-            await self.db.call(self.store.make_due, clock.now())
+            await self.db.call(self.store.make_due, run, clock.now())
         if fleet is not None:
             return run
         for origin in self.origins:

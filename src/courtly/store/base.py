@@ -76,9 +76,10 @@ class Store(Protocol):
         """Resume the unfinished run, or start a new one; returns its id."""
         ...
 
-    def make_due(self, now: float) -> None:
+    def make_due(self, run: int, now: float) -> None:
         """Every crawled candidate due by `now` (--force-recrawl), kept so: a resumed run
-        without the flag recrawls what a stopped one left."""
+        without the flag recrawls what a stopped one left. Not those `run` has crawled: a
+        worker joining the run, or a forced resume, does not undo their new due times."""
         ...
 
     def finish_run(self, run: int) -> None:

@@ -306,10 +306,11 @@ class SqlBase:
             ).fetchone()
             return int(row[0])
 
-    def make_due(self, now: float) -> None:
+    def make_due(self, run: int, now: float) -> None:
         with self._tx():
             self._x("UPDATE candidates SET next_due = ? WHERE state IN ('CRAWLED', 'ERROR') "
-                    "AND next_due > ?", (now, now))
+                    "AND next_due > ? AND (taken_run IS NULL OR taken_run <> ?)",
+                    (now, now, run))
 
     def finish_run(self, run: int) -> None:
         with self._tx():
