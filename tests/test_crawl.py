@@ -12,7 +12,7 @@ import brotli
 
 from courtly.site import Page, html
 from tests.conftest import candidates, courtly, fetched_paths, robots, rows
-from tests.hostile_server import HostileServer, routes
+from tests.hostile_server import HostileServer, page, routes
 
 BACKENDS = ("sqlite", "postgres")  # the `db` tests run on both (tests/conftest.py)
 
@@ -189,6 +189,37 @@ def test_legacy_charsets_are_read_as_browsers_read_them(serve, db: Path) -> None
     assert found >= {"/%E2%82%AC", "/%E9%95%95", "/%EB%98%A0", "/%E2%91%A0", "/sixteen",
                      "/%E2%82%AC7", "/%C3%A9"}, found
     assert not any("%EF%BF%BD" in path or "%C2%80" in path for path in found)
+
+
+def test_a_legacy_pages_link_queries_are_in_its_encoding(db: Path) -> None:
+    """WHATWG's URL parser writes a link's query in its page's encoding (the path and fragment
+    in UTF-8; a character the encoding lacks as "&#N;"), and a server of such pages reads its
+    queries so. Before: every query was sent in UTF-8 (`?q=%E6%97%A5%E6%9C%AC` for a Shift_JIS
+    page's `?q=日本`: another query to that server). The server records the raw targets."""
+    def legacy(links: list[str], encoding: str, content_type: str, head: str = "") -> bytes:
+        anchors = "".join(f'<a href="{href}">x</a>' for href in links)
+        body = f"<html><head>{head}<title>{encoding}</title></head><body>{anchors}</body></html>"
+        return page(body.encode(encoding), content_type)
+
+    sjis = ["/search?q=\u65e5\u672c", "/\u65e5?q=\u2460&eacute;#\u672c", "?q=\u8868"]
+    latin = ["/find?q=caf\u00e9&c=\u20ac", "/caf\u00e9?q=&#26085;x", "/f?q=%E9&r=\u00e9"]
+    pages = {
+        "/": page(html("Home", ["/sjis", "/latin", "/utf8"])),
+        "/sjis": legacy(sjis, "cp932", "text/html", '<meta charset="shift_jis">'),
+        "/latin": legacy(latin, "cp1252", "text/html; charset=iso-8859-1"),
+        "/utf8": page(html("UTF-8", ["/u?q=\u65e5\u672c"])),
+    }
+    with HostileServer({"a": routes(pages)}) as server:
+        run = courtly("crawl", server.url("a"), "--db", db, "--min-delay", "0")
+        assert run.status == 0, run.err
+        targets = {hit.path for hit in server.hits}
+    # 本 is 0x96 0x7B and 表 0x95 0x5C in Shift_JIS: "{" and "\\" are not escaped in a query
+    # (the special-query percent-encode set), as a browser sends them; é (an HTML entity on the
+    # page) is not Shift_JIS
+    assert targets >= {"/search?q=%93%FA%96{", "/%E6%97%A5?q=%87@%26%23233%3B",
+                       "/sjis?q=%95\\",
+                       "/find?c=%80&q=caf%E9", "/caf%C3%A9?q=%26%2326085%3Bx",
+                       "/f?q=%E9&r=%E9", "/u?q=%E6%97%A5%E6%9C%AC"}, targets
 
 
 def test_x_robots_tag_header(serve, db: Path) -> None:

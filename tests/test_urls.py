@@ -509,6 +509,19 @@ def test_never_raises(text: str, base: str | None) -> None:
     assert result is None or result.startswith(("http://", "https://"))
 
 
+@settings(max_examples=400)
+@given(text=st.text(), encoding=st.sampled_from(
+    ["cp932", "cp1252", "iso2022_jp", "gb18030", "big5hkscs", "euc_jp", "cp949", "koi8-u"]))
+def test_a_legacy_pages_link_never_raises(text: str, encoding: str) -> None:
+    """A link's query in its page's encoding (`encode_query`): whatever the characters (lone
+    surrogates, ones the encoding lacks), an ASCII URL or None, and normalized once for all."""
+    result = normalize("/p?" + text, "http://a/", None, encoding)
+    assert result is None or (result.isascii() and normalize(result) == result)
+    links = ["/p?" + text, "#" + text, text]
+    assert normalize_links(links, "http://a/", None, encoding) == [
+        normalize(link, "http://a/", None, encoding) for link in links]
+
+
 @settings(max_examples=200)
 @given(url=_urls)
 def test_origin_agrees_with_normalize(url: str) -> None:

@@ -119,12 +119,12 @@ def analyse_page(
     )
     noindex, nofollow = robots_directives(x_robots_tag, settings.token)
     out = PageAnalysis(noindex | page.noindex, nofollow | page.nofollow, title=page.title)
-    opts = settings.normalize
-    base = (normalize(page.base, url, opts) if page.base else None) or url
-    if (redirect := refresh_redirect(page.refresh, base, url, opts)) is not None:
+    opts, encoding = settings.normalize, page.encoding  # a link's query is in the page's
+    base = (normalize(page.base, url, opts, encoding) if page.base else None) or url
+    if (redirect := refresh_redirect(page.refresh, base, url, opts, encoding)) is not None:
         out.refresh = redirect
         return out
-    element = normalize(page.canonical, base, opts) if page.canonical else None
+    element = normalize(page.canonical, base, opts, encoding) if page.canonical else None
     header = header_canonical(url, link, opts)
     if element and header and element != header:
         out.canonicals = element, header
@@ -151,7 +151,7 @@ def analyse_page(
             followed[href] = text
     seen: set[str] = set()
     links = out.links
-    targets = normalize_links(list(followed), base, opts)
+    targets = normalize_links(list(followed), base, opts, encoding)
     for target, text in zip(targets, followed.values(), strict=True):
         if target is None or target in seen or target == url:
             continue

@@ -46,6 +46,8 @@ class ParsedPage:
     title: str | None = None
     text: str = ""
     truncated: bool = False  # the body was longer than the parse limit
+    #: the page's encoding (a Python codec): its links' queries are written in it
+    encoding: str = "utf-8"
 
 
 #: labels the WHATWG Encoding Standard knows and Python does not, and their codec
@@ -117,13 +119,13 @@ def decode(body: bytes, content_type: str | None) -> str:
         return body[skip:].decode("utf-8", errors="replace")
 
 
-def utf8(body: bytes, content_type: str | None) -> bytes:
-    """The page in UTF-8, what lexbor parses (it replaces invalid sequences itself): a UTF-8
-    body as it is, without decoding and encoding it again."""
+def utf8(body: bytes, content_type: str | None) -> tuple[bytes, str]:
+    """The page in UTF-8, what lexbor parses (it replaces invalid sequences itself), and its
+    encoding: a UTF-8 body as it is, without decoding and encoding it again."""
     charset, skip = _encoding(body, content_type)
     if charset == "utf-8":
-        return body[skip:] if skip else body
-    return decode(body, content_type).encode()
+        return (body[skip:] if skip else body), charset
+    return decode(body, content_type).encode(), charset
 
 
 #: directives whose value follows a colon (not a user agent's name before its directives)
@@ -210,12 +212,12 @@ MAX_REFRESH_DELAY = 5
 
 
 def refresh_redirect(value: tuple[int, str | None] | None, base: str, url: str,
-                     opts: NormalizeRules) -> tuple[str, int] | None:
+                     opts: NormalizeRules, encoding: str = "utf-8") -> tuple[str, int] | None:
     """The normalized target and delay of a refresh (`refresh`'s answer, its URL resolved
-    against base) that is a redirect of url; None if it is none."""
+    against base; encoding: the page's) that is a redirect of url; None if it is none."""
     if value is None or value[1] is None or value[0] > MAX_REFRESH_DELAY:
         return None
-    target = normalize(value[1], base, opts)
+    target = normalize(value[1], base, opts, encoding)
     return None if target is None or target == url else (target, value[0])
 
 
@@ -280,7 +282,7 @@ def parse_html(
     if max_bytes is None:
         max_bytes = _default_max_bytes()
     page = ParsedPage(truncated=len(body) > max_bytes)
-    html = utf8(body[:max_bytes], content_type)
+    html, page.encoding = utf8(body[:max_bytes], content_type)
     # enough tags to nest deeper than lexbor parses quickly? A page of fewer bytes has fewer
     # (counting a 5 KB page's "<" took 25,000 instructions); a large page's are counted with
     # NumPy (bytes.count took 2 % of a 190 KB page's CPU)

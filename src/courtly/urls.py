@@ -10,6 +10,7 @@ base parsed once.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import ipaddress
 import re
@@ -30,6 +31,7 @@ __all__ = [
     "NormalizeRules",
     "Rules",
     "authority_key",
+    "encode_query",
     "has_userinfo",
     "host_name_fault",
     "host_of",
@@ -192,6 +194,55 @@ def _normalize_path(path: str, opts: NormalizeRules) -> str:
             return path
 
 
+#: a byte of a query in a page's legacy encoding as the WHATWG URL parser writes it: one of the
+#: special-query percent-encode set (controls, space, `"`, `#`, `<`, `>`, `'`, non-ASCII)
+#: escaped, any other as it is (a Shift_JIS 本 is 0x96 0x7B: `%96{`)
+_QUERY_BYTES = tuple(chr(b) if 0x20 < b < 0x7F and chr(b) not in "\"#'<>" else f"%{b:02X}"
+                     for b in range(256))
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+#: encodings whose pages' queries are UTF-8 anyway (WHATWG "get an output encoding")
+_UTF8_QUERIES = frozenset({"utf-8", "utf-16-le", "utf-16-be"})
+_CHAR_REFS = "courtly.url-char-refs"
+
+
+def _char_refs(error: UnicodeError) -> tuple[str, int]:
+    """The characters the encoding lacks as WHATWG's URL parser writes them: "&#N;", escaped
+    (a lone surrogate is no character: the link stays invalid)."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    chars = error.object[error.start:error.end]
+    if any("\ud800" <= c <= "\udfff" for c in chars):
+        raise error
+    return "".join(f"%26%23{ord(c)}%3B" for c in chars), error.end
+
+
+codecs.register_error(_CHAR_REFS, _char_refs)
+
+
+def _encoded_run(run: re.Match[str], encoding: str) -> str:
+    return "".join([_QUERY_BYTES[b] for b in run.group().encode(encoding, _CHAR_REFS)])
+
+
+def encode_query(url: str, encoding: str) -> str:
+    """url as written on a page in `encoding` (a Python codec), with the non-ASCII characters of
+    its query in that encoding, percent-encoded, as the WHATWG URL parser writes a document's
+    links (the path and fragment are always UTF-8): the query the page's server reads."""
+    if encoding in _UTF8_QUERIES or url.isascii():
+        return url
+    start, hash_at = url.find("?"), url.find("#")  # what WHATWG's states make query and fragment
+    if start < 0 or 0 <= hash_at < start:
+        return url
+    end = hash_at if hash_at >= 0 else len(url)
+    query = url[start + 1:end]
+    if query.isascii():
+        return url
+    try:
+        query = _NON_ASCII.sub(lambda run: _encoded_run(run, encoding), query)
+    except (UnicodeError, LookupError):  # a lone surrogate: left to fail as a link
+        return url
+    return url[:start + 1] + query + url[end:]
+
+
 def _href(url: str, base: str | None) -> str | None:
     """ada's serialization of url resolved against base; None if it is not a valid URL."""
     try:
@@ -209,17 +260,20 @@ def resolve(url: str, base: str) -> str | None:
     return href if href is not None and href.startswith(_HTTP) else None
 
 
-def normalize(url: str, base: str | None = None,
-              opts: NormalizeRules | None = None) -> str | None:
-    """Resolve url against base (WHATWG rules) and normalize; None if not a valid http(s) URL."""
+def normalize(url: str, base: str | None = None, opts: NormalizeRules | None = None,
+              encoding: str = "utf-8") -> str | None:
+    """Resolve url against base (WHATWG rules) and normalize; None if not a valid http(s) URL.
+    encoding: of the page it is written on (its query is written in it: `encode_query`)."""
+    if encoding != "utf-8":
+        url = encode_query(url, encoding)
     href = _href(url, base)
     return None if href is None else _clean(href, _defaults() if opts is None else opts)
 
 
 def normalize_links(
-    urls: Sequence[str], base: str, opts: NormalizeRules | None = None
+    urls: Sequence[str], base: str, opts: NormalizeRules | None = None, encoding: str = "utf-8"
 ) -> list[str | None]:
-    """[normalize(url, base, opts) for url in urls], for a page's links: faster.
+    """[normalize(url, base, opts, encoding) for url in urls], for a page's links: faster.
 
     The base is parsed once (can_ada: ada-url's C API parsed it again for every link, half the
     cost of resolving one), a link that needs no rewriting costs no further call, and a link to
@@ -231,6 +285,8 @@ def normalize_links(
     except (ValueError, TypeError):
         return [None] * len(urls)
     opts = _defaults() if opts is None else opts
+    if encoding != "utf-8":
+        urls = [encode_query(url, encoding) for url in urls]
     plain = not (opts.collapse_slashes or opts.drop_index or opts.drop_trailing_slash)
     unmarked = plain and opts.drop_fragment  # a link's fragment is just cut off
     page: str | None = ""  # what "#…" resolves to (None: resolve each), worked out when first met
