@@ -191,6 +191,29 @@ def test_legacy_charsets_are_read_as_browsers_read_them(serve, db: Path) -> None
     assert not any("%EF%BF%BD" in path or "%C2%80" in path for path in found)
 
 
+def test_an_xhtml_pages_xml_declaration_names_its_encoding(serve, db: Path) -> None:
+    """An XHTML page (application/xhtml+xml) whose encoding only its XML declaration names was
+    read as UTF-8: its windows-1252 /€ was linked as /%EF%BF%BD. Now the declaration counts
+    after a BOM and the header's charset (WHATWG's XML parser), and the query is in it too."""
+    def xhtml(link: str, encoding: str, declared: str, content_type: str) -> Page:
+        body = (f'<?xml version="1.0" encoding="{declared}"?>\n<html xmlns='
+                f'"http://www.w3.org/1999/xhtml"><head><title>{link}</title></head><body>'
+                f'<p><a href="{link}">x</a></p></body></html>').encode(encoding)
+        return Page(body, headers={"Content-Type": content_type})
+
+    site = serve({"a": {
+        "/": Page(html("Home", ["/declared", "/header", "/html"])),
+        "/declared": xhtml("/\u20ac?q=\u00e9", "cp1252", "ISO-8859-1", "application/xhtml+xml"),
+        "/header": xhtml("/\u00e9", "utf-8", "windows-1252",
+                         "application/xhtml+xml; charset=utf-8"),
+        "/html": xhtml("/h\u00e9", "utf-8", "windows-1252", "text/html"),  # no XML parser
+    }})
+    assert courtly("crawl", site.url("a"), "--db", db, "--min-delay", "0").status == 0
+    found = {url.removeprefix(site.url("a", "")) for url in candidates(db)}
+    assert found >= {"/%E2%82%AC?q=%E9", "/%C3%A9", "/h%C3%A9"}, found
+    assert not any("%EF%BF%BD" in path or "%C3%83" in path for path in found)
+
+
 def test_a_legacy_pages_link_queries_are_in_its_encoding(db: Path) -> None:
     """WHATWG's URL parser writes a link's query in its page's encoding (the path and fragment
     in UTF-8; a character the encoding lacks as "&#N;"), and a server of such pages reads its

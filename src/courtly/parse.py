@@ -14,6 +14,8 @@ from courtly.urls import NormalizeRules, normalize
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
 _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?([a-zA-Z0-9_.:-]+)""", re.I)
+#: an XML declaration's encoding (an XHTML page's, when its header names none)
+_XML_ENCODING = re.compile(rb"""<\?xml\s[^>]*?encoding\s*=\s*["']\s*([a-zA-Z0-9_.:-]+)""")
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
          (codecs.BOM_UTF16_BE, "utf-16-be"))
 
@@ -96,13 +98,20 @@ def _valid_codec(label: str) -> str | None:
 def _encoding(body: bytes, content_type: str | None) -> tuple[str, int]:
     """The page's encoding and its BOM's length, in the WHATWG order: a BOM, the header's
     charset, a `<meta charset>` in the first 4 KB (the standard's prescan reads 1 KB, Chrome
-    reads on through the head), else UTF-8. A label no browser knows counts as none."""
+    reads on through the head), else UTF-8. A label no browser knows counts as none. An XHTML
+    page (application/xhtml+xml) has its XML declaration's encoding after the header's (WHATWG's
+    XML parser), then its `<meta charset>` (which a browser ignores: it shows such a page, not
+    UTF-8, only when it is UTF-8)."""
     for bom, enc in _BOMS:
         if body.startswith(bom):
             return enc, len(bom)
     m = _HEADER_CHARSET.search(content_type) if content_type else None
     if m is not None and (charset := _valid_codec(m.group(1))) is not None:
         return charset, 0
+    if content_type and "xhtml" in content_type.lower() and (m2 := _XML_ENCODING.match(body)):
+        charset = _valid_codec(m2.group(1).decode("ascii"))
+        if charset not in (None, "utf-16-le", "utf-16-be"):  # read in ASCII: not UTF-16
+            return charset, 0
     m2 = _META_CHARSET.search(body[:4096])
     charset = _valid_codec(m2.group(1).decode("ascii")) if m2 else None
     if charset in (None, "utf-16-le", "utf-16-be"):  # a meta read in ASCII can't be UTF-16
