@@ -119,22 +119,17 @@ def _encoding(body: bytes, content_type: str | None) -> tuple[str, int]:
     return charset, 0
 
 
-def decode(body: bytes, content_type: str | None) -> str:
-    """Decode a page: BOM, header charset, <meta charset>, then UTF-8; never raises."""
-    charset, skip = _encoding(body, content_type)
-    try:
-        return body[skip:].decode(charset, errors="replace")
-    except (LookupError, ValueError):
-        return body[skip:].decode("utf-8", errors="replace")
-
-
 def utf8(body: bytes, content_type: str | None) -> tuple[bytes, str]:
     """The page in UTF-8, what lexbor parses (it replaces invalid sequences itself), and its
     encoding: a UTF-8 body as it is, without decoding and encoding it again."""
     charset, skip = _encoding(body, content_type)
     if charset == "utf-8":
         return (body[skip:] if skip else body), charset
-    return decode(body, content_type).encode(), charset
+    try:
+        text = body[skip:].decode(charset, errors="replace")
+    except (LookupError, ValueError):
+        text = body[skip:].decode("utf-8", errors="replace")
+    return text.encode(), charset
 
 
 #: directives whose value follows a colon (not a user agent's name before its directives)
