@@ -105,7 +105,7 @@ class ContentReader:
             # for WARC records (warc.py); a page's came compressed from the page worker
             action.exchange = compress_exchange(resp.request + resp.head)
         if self.config.warc.dir is not None and action.content is None:
-            action.received = (resp.request + resp.head, resp.body)  # its records (warc.py)
+            action.received = (resp.request, resp.head, resp.body)  # its records (warc.py)
 
     async def _redirect(self, action: CrawlAction, target: str) -> None:
         """The target becomes a link, unless the chain of redirects is already too long."""

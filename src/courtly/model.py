@@ -143,7 +143,7 @@ class CrawlAction:
     #: with WARC files (`crawl --warc`), a response whose body the database does not keep (a
     #: redirect, an error page, a file): its request and response heads, and its body, as
     #: received; written to the WARC files after the action, never to the database
-    received: tuple[bytes, bytes] | None = None
+    received: tuple[bytes, bytes, bytes] | None = None
     #: the URL whose kept page this response revisits: its own (304) or an exact duplicate's
     revisit_of: str | None = None
     redirect_target: str | None = None

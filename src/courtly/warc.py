@@ -50,7 +50,7 @@ NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 INDEX = "index.cdxj"
 _IDS = uuid.UUID("6f1d2c2e-5b8e-4c57-9a43-2f0d3c6a7e11")  # the namespace of courtly's record ids
 #: a response as received: the request head and response head (with their blank lines), the body
-Received = tuple[bytes, bytes]
+Received = tuple[bytes, bytes, bytes]
 #: headers that describe the body as sent, not as kept: renamed when they no longer hold
 _ENCODINGS = (b"content-encoding", b"transfer-encoding")
 
@@ -262,10 +262,8 @@ class WarcFiles:
 
     def write_received(self, url: str, fetched: float, received: Received,
                        truncated: bool = False) -> None:
-        """Write the records of a response the database does not keep (Damaged: its heads
-        are not HTTP's; nothing is written)."""
-        exchange, body = received
-        request, head = split_exchange(exchange)
+        """Write the records of a response the database does not keep."""
+        request, head, body = received
         self._write(lambda archive: archive.write_response(url, fetched, request, head, body,
                                                            truncated))
 
@@ -377,7 +375,7 @@ class CrawlArchive:
         """A response no crawl action records (robots.txt, its redirects; a body of `most`
         bytes was cut there): its records are written after the writes queued so far."""
         when = clock.now() - resp.elapsed
-        db.later(self._write_received, resp.url, when, (resp.request + resp.head, resp.body),
+        db.later(self._write_received, resp.url, when, (resp.request, resp.head, resp.body),
                  len(resp.body) >= most).add_done_callback(self._kept)
 
     def keep(self, action: CrawlAction) -> None:
