@@ -172,6 +172,10 @@ class SeedingContext(StoreContext):
         self.saved[origin] = json.loads(json.dumps(data))
 
 
+# built once: json.dumps(…, sort_keys=True) builds an encoder a call
+_snapshot = json.JSONEncoder(sort_keys=True).encode
+
+
 class DomainMetadata(MutableMapping[str, dict[str, Any]]):
     """Per-origin metadata that persists across runs (Frontera's DomainMetadata).
 
@@ -180,17 +184,22 @@ class DomainMetadata(MutableMapping[str, dict[str, Any]]):
     iteration covers the origins read or written in this process, not the whole database.
     """
 
+    SWEEP = 8  # entries not used since the last save that each save checks too
+
     def __init__(self, context: StrategyContext) -> None:
         self._context = context
         self._cache: dict[str, dict[str, Any]] = {}
         self._saved: dict[str, str] = {}
+        self._used: set[str] = set()
+        self._sweep: list[str] = []
 
     def __getitem__(self, origin: str) -> dict[str, Any]:
         data = self._cache.get(origin)
         if data is None:
             data = self._context.load_metadata(origin)
             self._cache[origin] = data
-            self._saved[origin] = json.dumps(data, sort_keys=True)
+            self._saved[origin] = _snapshot(data)
+        self._used.add(origin)
         return data
 
     def __setitem__(self, origin: str, value: dict[str, Any]) -> None:
@@ -206,13 +215,27 @@ class DomainMetadata(MutableMapping[str, dict[str, Any]]):
     def __len__(self) -> int:
         return len(self._cache)
 
-    def changed(self) -> dict[str, dict[str, Any]]:
+    def changed(self, everything: bool = False) -> dict[str, dict[str, Any]]:
         """The entries changed since they were loaded or saved, from now on counted as saved:
-        the caller writes them (a value that is not JSON raises TypeError naming its origin)."""
+        the caller writes them (a value that is not JSON raises TypeError naming its origin).
+
+        It compares the entries used through this mapping since the last call, and `SWEEP`
+        others in turn (a dict kept elsewhere and changed later), or `everything`: a call costs
+        what the strategy used, not what the crawl has seen."""
+        if everything:
+            origins = set(self._cache)
+        else:
+            origins = self._used
+            if not self._sweep:
+                self._sweep = list(self._cache)
+            for _ in range(min(self.SWEEP, len(self._sweep))):
+                origins.add(self._sweep.pop())
+        self._used = set()
         out = {}
-        for origin, data in self._cache.items():
+        for origin in origins:
+            data = self._cache[origin]
             try:
-                text = json.dumps(data, sort_keys=True)
+                text = _snapshot(data)
             except (TypeError, ValueError) as exc:
                 raise TypeError(f"domain_metadata[{origin!r}] cannot be saved: {exc} "
                                 "(JSON values only: dict, list, str, int, float, bool, None)"
@@ -224,7 +247,7 @@ class DomainMetadata(MutableMapping[str, dict[str, Any]]):
 
     def flush(self) -> int:
         """Save the entries that changed since they were loaded or saved; returns how many."""
-        changed = self.changed()
+        changed = self.changed(everything=True)
         for origin, data in changed.items():
             self._context.save_metadata(origin, data)
         return len(changed)
