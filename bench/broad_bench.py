@@ -432,6 +432,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--min-delay", type=float, default=10.0)
     ap.add_argument("--concurrency", type=int, default=256)
+    ap.add_argument("--strategy", default="breadth-first", help="the crawl's --strategy")
     ap.add_argument("--nofile", type=int, default=0,
                     help="RLIMIT_NOFILE of the crawl (0: inherited), e.g. 1024")
     ap.add_argument("--config", action="append", default=[], metavar="TOML_LINE",
@@ -457,7 +458,8 @@ def main() -> None:
                                                    extra="\n".join(args.config)))
     cmd = [sys.executable, "-m", "courtly", "crawl", "--seeds-file", str(site / "seeds.txt"),
            "--db", str(db), "--config", str(work / "crawl.toml"),
-           "--min-delay", str(args.min_delay), "--concurrency", str(args.concurrency)]
+           "--min-delay", str(args.min_delay), "--concurrency", str(args.concurrency),
+           "--strategy", args.strategy]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     env.pop(NETNS_MARK, None)
     commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
