@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import socket
@@ -16,7 +17,15 @@ import zstandard
 from courtly.proxy import Proxies, parse_proxy
 from courtly.site import Page, html
 from tests.conftest import candidates, courtly, fetched_paths, robots, rows
-from tests.hostile_server import HostileServer, close_at_once, fixed, page
+from tests.hostile_server import (
+    Conn,
+    HostileServer,
+    Request,
+    close_at_once,
+    fixed,
+    link_page,
+    page,
+)
 from tests.test_bad_input import one_line
 
 #: pproxy imports uvloop when it can, and then fails on Python 3.11 (no current event loop)
@@ -130,6 +139,37 @@ def test_a_proxy_that_fails_every_site_stops_the_crawl_and_resume_crawls_them(
     assert run.status == 0 and "stopped early" not in run.err, run.err
     found = candidates(db)  # the one site behind the proxy: the second and third duplicates
     assert all(found[seed]["exit_code"] in ("OK", "DUPLICATE_CONTENT") for seed in seeds), found
+
+
+def test_sites_that_fail_behind_a_working_proxy_before_its_first_answer_do_not_stop_the_crawl(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broad crawl through a working proxy: twelve seeds name sites that do not exist, and the
+    proxy says 502 for them at once, before the two real sites' first (slower) answers came. The
+    crawl took the proxy to be down and stopped (exit 1). Now the proxy is judged once the
+    requests under way when its failures began have ended: the real sites are crawled."""
+    dead = {f"127.0.0.1:{port}" for port in range(20, 32)}
+
+    async def gateway(conn: Conn, req: Request) -> None:
+        host = req.path.removeprefix("http://").partition("/")[0]
+        if host in dead:
+            await conn.send(page("no such host", "text/plain", "502 Bad Gateway"))
+            return
+        await asyncio.sleep(1.0)
+        if req.path.endswith("/robots.txt"):
+            await conn.send(page("", "text/plain", "404 Not Found"))
+        else:
+            await conn.send(link_page([]))
+
+    live = ["http://127.0.0.1:40/", "http://127.0.0.1:41/"]
+    db = tmp_path / "c.db"
+    with HostileServer({"proxy": gateway}) as proxy:
+        monkeypatch.setenv("http_proxy", proxy.origins["proxy"])
+        run = courtly("crawl", *[f"http://{host}/" for host in sorted(dead)], *live,
+                      "--db", db, "--min-delay", "0")
+    assert run.status == 0 and "taken to be down" not in run.err, run.err
+    found = candidates(db)
+    assert [found[url]["exit_code"] for url in live] == ["OK", "OK"]
+    assert all(found[f"http://{host}/"]["exit_code"] != "OK" for host in dead)
 
 
 def test_a_proxy_url_courtly_cannot_use_is_one_line(tmp_path: Path,

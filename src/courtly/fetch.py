@@ -5,6 +5,7 @@ time and size, an address guard on what it connects to, and errors of courtly's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ipaddress
 import itertools
@@ -314,24 +315,27 @@ class Fetcher:
         limit = max_body or self.limits.max_body_size
         fresh = False  # True: not on a kept-alive connection
         short_since: float | None = None  # when this request first met a local error
-        while True:
-            try:
-                # no more kept-alive connections to a server that hangs up on them (_STALE_MAX)
-                keep = keep_alive and self._stale.get(endpoint, 0) < _STALE_MAX
-                response = await self._send(url, endpoint, sent, limit, truncate, fresh, keep)
-                if proxy is not None:
-                    proxied(self.proxies, response, proxy, request, endpoint.host_header)
-                return response
-            except FetchError as exc:
-                if not exc.stale:  # (ProxyFailure: the proxy failed once too many)
-                    raise watched(self.proxies, proxy, endpoint.host_header, exc) from None
-                fresh = True  # the server closed it while idle: once more on a new connection
-                if endpoint in self._stale or len(self._stale) < _STALE_ENDPOINTS:
-                    self._stale[endpoint] = self._stale.get(endpoint, 0) + 1
-            except LocalError as exc:
-                if isinstance(exc, ProxyFailure):
-                    raise
-                short_since = await self._pause(exc, short_since)
+        with self._carrying(proxy) as ticket:
+            while True:
+                try:
+                    # no more kept-alive connections to a server that hangs up on them (_STALE_MAX)
+                    keep = keep_alive and self._stale.get(endpoint, 0) < _STALE_MAX
+                    response = await self._send(url, endpoint, sent, limit, truncate, fresh, keep)
+                    if proxy is not None:
+                        proxied(self.proxies, response, proxy, ticket, request,
+                                endpoint.host_header)
+                    return response
+                except FetchError as exc:
+                    if not exc.stale:  # (ProxyFailure: the proxy failed once too many)
+                        raise watched(self.proxies, proxy, ticket, endpoint.host_header,
+                                      exc) from None
+                    fresh = True  # the server closed it while idle: once more on a new connection
+                    if endpoint in self._stale or len(self._stale) < _STALE_ENDPOINTS:
+                        self._stale[endpoint] = self._stale.get(endpoint, 0) + 1
+                except LocalError as exc:
+                    if isinstance(exc, ProxyFailure):
+                        raise
+                    short_since = await self._pause(exc, short_since)
 
     async def _send(self, url: str, endpoint: _Endpoint, request: bytes, limit: int,
                     truncate: bool, fresh: bool, keep_alive: bool = True) -> HttpResponse:
@@ -457,6 +461,12 @@ class Fetcher:
         return self._tls
 
     # -- proxies (proxy.py) --------------------------------------------------------------------
+    def _carrying(self, proxy: Proxy | None) -> contextlib.AbstractContextManager[int]:
+        """The proxy watch's ticket for a request through a proxy (0: direct)."""
+        if proxy is None or self.proxies is None:
+            return contextlib.nullcontext(0)
+        return self.proxies.watch.carrying(proxy)
+
     def _proxy(self, endpoint: _Endpoint) -> Proxy | None:
         if self.proxies is None:
             return None
@@ -522,24 +532,24 @@ class Fetcher:
             conn.close()
 
 
-def proxied(proxies: Proxies | None, response: HttpResponse, proxy: Proxy, request: bytes,
-            site: str) -> None:
+def proxied(proxies: Proxies | None, response: HttpResponse, proxy: Proxy, ticket: int,
+            request: bytes, site: str) -> None:
     """A response that came through a proxy: the proxy's refusal (407), or its 502s for every
     site (proxy.ProxyWatch), is a ProxyFailure; the request kept with it is the one for the site
     (no absolute form, no proxy credentials)."""
     if response.status == 407:
         raise refused(proxy)
     if proxies is not None:
-        proxies.watch.answered(proxy, site, response.status)
+        proxies.watch.answered(proxy, ticket, site, response.status)
     response.request = request
 
 
-def watched(proxies: Proxies | None, proxy: Proxy | None, site: str,
+def watched(proxies: Proxies | None, proxy: Proxy | None, ticket: int, site: str,
             exc: FetchError) -> FetchError:
     """A request's failure, once the proxy that carried it is told (ProxyFailure: it failed
     every site too many times)."""
     if proxies is not None and proxy is not None:
-        proxies.watch.failed(proxy, site, exc)
+        proxies.watch.failed(proxy, ticket, site, exc)
     return exc
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ipaddress
 import socket
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from courtly.errors import FetchError, LocalError, one_line
@@ -81,38 +82,73 @@ def hidden(url: str) -> str:
     return f"{scheme}{sep}{user.partition(':')[0]}:***@{host}" if at else url
 
 
+@dataclass(slots=True)
+class _Streak:
+    """Failures in a row through one proxy: how many, for which sites, and the last request
+    sent before the first of them failed."""
+
+    before: int
+    count: int = 0
+    sites: set[str] = field(default_factory=set)
+
+
 class ProxyWatch:
     """The requests in a row that failed through each proxy, and the sites they were for: past
     `most` of them for two sites or more, with no answer between, the proxy is down (a site
-    down behind it fails alone; one site: its failures stay its own, for its patience)."""
+    down behind it fails alone; one site: its failures stay its own, for its patience).
+
+    Hosts that do not exist fail fast through a working proxy, so it is judged only once every
+    request under way when the first of the failures came has ended, and once it has answered,
+    only failures for sites it answered count: a broad crawl's dead sites neither stop it at its
+    start, before the first real answer, nor at its end, when they are all that is left."""
 
     def __init__(self, most: int = PROXY_FAILURES) -> None:
         self.most = most
-        self._failing: dict[Proxy, set[str]] = {}  # the sites of the failures in a row
-        self._count: dict[Proxy, int] = {}
+        self._sent = 0  # the tickets handed out
+        self._under_way: dict[Proxy, set[int]] = {}
+        self._streaks: dict[Proxy, _Streak] = {}
+        self._reached: dict[Proxy, set[str]] = {}  # the sites it answered for
 
-    def answered(self, proxy: Proxy, site: str, status: int) -> None:
+    @contextlib.contextmanager
+    def carrying(self, proxy: Proxy) -> Iterator[int]:
+        """A request through the proxy, under way while in this block: its ticket."""
+        self._sent += 1
+        ticket = self._sent
+        under_way = self._under_way.setdefault(proxy, set())
+        under_way.add(ticket)
+        try:
+            yield ticket
+        finally:
+            under_way.discard(ticket)
+
+    def answered(self, proxy: Proxy, ticket: int, site: str, status: int) -> None:
         """A response came through the proxy (ProxyFailure: its own 502/503/504, once too
         many)."""
         if status in GATEWAY_ERRORS:
-            self._failed(proxy, site, f"it answered {status}")
+            self._failed(proxy, ticket, site, f"it answered {status}")
         else:
-            self._failing.pop(proxy, None)
-            self._count.pop(proxy, None)
+            self._streaks.pop(proxy, None)
+            self._reached.setdefault(proxy, set()).add(site)
 
-    def failed(self, proxy: Proxy, site: str, exc: FetchError) -> None:
+    def failed(self, proxy: Proxy, ticket: int, site: str, exc: FetchError) -> None:
         """A request through the proxy failed (ProxyFailure: once too many the proxy's way)."""
         if exc.exit_code in _PROXY_FAILS:
-            self._failed(proxy, site, exc.detail)
+            self._failed(proxy, ticket, site, exc.detail)
 
-    def _failed(self, proxy: Proxy, site: str, why: str) -> None:
-        sites = self._failing.setdefault(proxy, set())
-        sites.add(site)
-        count = self._count[proxy] = self._count.get(proxy, 0) + 1
-        if count >= self.most and len(sites) > 1:
-            raise ProxyFailure(f"{proxy} failed the last {count} requests, for {len(sites)} "
-                               f"sites, with no answer between (the last: {one_line(why)}): "
-                               "it is taken to be down")
+    def _failed(self, proxy: Proxy, ticket: int, site: str, why: str) -> None:
+        reached = self._reached.get(proxy)
+        if reached and site not in reached:
+            return  # a site never reached through a proxy that works fails on its own
+        streak = self._streaks.setdefault(proxy, _Streak(before=self._sent))
+        streak.count += 1
+        streak.sites.add(site)
+        if streak.count < self.most or len(streak.sites) < 2:
+            return
+        if any(t <= streak.before for t in self._under_way.get(proxy, ()) if t != ticket):
+            return  # a request sent before the failures began may yet be answered
+        raise ProxyFailure(f"{proxy} failed the last {streak.count} requests, for "
+                           f"{len(streak.sites)} sites, with no answer between (the last: "
+                           f"{one_line(why)}): it is taken to be down")
 
 
 class Proxies:
