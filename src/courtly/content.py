@@ -27,9 +27,12 @@ from courtly.strategy import Response as StrategyResponse
 from courtly.urls import Rules, origin_of
 
 #: a canonical URL's last exit codes that keep the page naming it as its own: the crawl will
-#: never keep that URL (it names another canonical URL itself, or is never fetched)
-_NEVER_KEPT = frozenset({ExitCode.NOT_CANONICAL, ExitCode.BLOCKED_BY_ROBOTS_TXT,
-                         ExitCode.BLOCKED_URL_BY_LOCAL_POLICY})
+#: never keep that URL (it is never fetched, or answered 4xx)
+_NEVER_KEPT = frozenset({ExitCode.BLOCKED_BY_ROBOTS_TXT, ExitCode.BLOCKED_URL_BY_LOCAL_POLICY,
+                         ExitCode.HTTP_CLIENT_ERROR})
+#: how many canonical links recorded from a page's canonical URL on are followed to find a loop
+#: back to the page
+CANONICAL_HOPS = 10
 
 
 class ContentReader:
@@ -42,6 +45,9 @@ class ContentReader:
         self.db = db
         self.strategy = strategy
         self.links = links
+        #: the canonical URL of each response found NOT_CANONICAL and not yet recorded (by
+        #: URL): another origin's page naming it back is decided on it (`recorded` drops it)
+        self.naming: dict[str, str] = {}
         limits = config.limits
         self.pages = PageWorker(  # parse_html and links, in a worker process (pageworker.py)
             PageSettings(product_token(config.user_agent), limits.max_links_per_page,
@@ -54,6 +60,13 @@ class ContentReader:
     def close(self) -> None:
         """Stop the page worker."""
         self.pages.close()
+
+    def recorded(self, action: CrawlAction) -> None:
+        """The action's write is queued: once the reads queued before it are answered (a page
+        that waited on one decides on `naming`), the database's answers name its canonical URL."""
+        url = action.candidate.url
+        if url in self.naming:
+            self.db.later(_nothing).add_done_callback(lambda _: self.naming.pop(url, None))
 
     def analysis(self, url: str, resp: HttpResponse | FetchError) -> SentPage | None:
         """A page sent to the page worker now, as its answer arrives (its analysis is pure: the
@@ -127,11 +140,15 @@ class ContentReader:
         """Whether the response is discarded for the canonical URL it names (NOT_CANONICAL, the
         URL queued); not when the crawl would never keep that URL (`_never_kept`): the detail
         then says why the response is kept as its own."""
-        if canonical is None or canonical == action.candidate.url:
+        url = action.candidate.url
+        if canonical is None or canonical == url:
             return False
         action.canonical = canonical
-        why = await self._never_kept(action, canonical, robots)
+        # the last look (no wait after it): a page naming this one, decided meanwhile
+        why = await self._never_kept(action, canonical, robots) or _names_back(
+            url, self.naming.get(canonical))
         if why is None:
+            self.naming[url] = canonical
             action.exit_code = ExitCode.NOT_CANONICAL
             self.links.target(action, canonical)
             return True
@@ -142,8 +159,9 @@ class ContentReader:
                           robots: RobotsRules | None) -> str | None:
         """Why the crawl would never keep the canonical URL, if it would not: out of scope
         (https:// for an http:// seed, another host), refused by the policies or the origin's
-        robots.txt, or last recorded as naming another canonical URL itself (two pages naming
-        each other: the second is kept) or refused. Else the site's content would be lost."""
+        robots.txt, last recorded as a 4xx or refused, or naming canonical URLs that lead back
+        to this page (a loop: of pages naming each other, the last crawled is kept). Else the
+        site's content would be lost."""
         policy = self.links.policy
         if not policy.in_scope(canonical):
             return f"not in scope (scope = {self.config.policies.scope})"
@@ -154,12 +172,30 @@ class ContentReader:
         refused = outcome.refusal(canonical, action.candidate.depth, policy, robots)
         if refused is not None:
             return f"is {refused.exit_code} ({refused.rule})"
-        known = await self.db.candidate(canonical)
-        if known is None or known["exit_code"] not in _NEVER_KEPT:
-            return None
-        if known["exit_code"] == ExitCode.NOT_CANONICAL:
-            return f"itself names canonical {str(known['canonical'])[:200]}"
-        return f"was {known['exit_code']}"
+        return await self._leads_back(action.candidate.url, canonical)
+
+    async def _leads_back(self, url: str, canonical: str) -> str | None:
+        """Why url's page is kept: its canonical URL was refused or a 4xx, or the canonical URLs
+        recorded from it on lead back to url (a loop). None if they end elsewhere: in a chain
+        A → B → C, A is NOT_CANONICAL for B whatever B names (one hop, as search engines
+        follow it), and the chain's end is kept."""
+        hop = canonical
+        for hops in range(1, CANONICAL_HOPS + 1):
+            named = self.naming.get(hop)
+            if named is None:
+                known = await self.db.candidate(hop)
+                if known is None:
+                    return None
+                if hops == 1 and known["exit_code"] in _NEVER_KEPT:
+                    return f"was {known['exit_code']}"
+                if known["exit_code"] != ExitCode.NOT_CANONICAL:
+                    return None
+                named = str(known["canonical"])
+            if named == url:
+                return _names_back(url, named) if hops == 1 else (
+                    f"is one of {hops + 1} pages naming each other in a loop")
+            hop = named
+        return None
 
     async def _page(self, action: CrawlAction, resp: HttpResponse,
                     analysis: Awaitable[PageAnalysis], robots: RobotsRules | None) -> None:
@@ -240,6 +276,15 @@ class ContentReader:
         not_followed = f", {dropped} not followed (out of scope or not http(s))"
         action.detail = (f"{parsed.label}: {len(parsed.locs)} URLs" + not_followed * bool(dropped)
                          + " (truncated)" * parsed.truncated)
+
+
+def _nothing() -> None:
+    """A call queued after the writes (Database.later), to know when they are read."""
+
+
+def _names_back(url: str, named: str | None) -> str | None:
+    """Why url's page is kept if the page at its canonical URL names it (`named`) in turn."""
+    return f"itself names canonical {url[:200]}" if named == url else None
 
 
 def _worker_args(url: str, resp: HttpResponse

@@ -324,6 +324,7 @@ class Crawler:
             action.recrawl_interval = settled.recrawl_interval
             action.next_due = action.started + settled.recrawl_interval
         await self.db.record(action, self.run_id)
+        self.content.recorded(action)  # a canonical URL named: now in the database
         if self.warc is not None:
             self.warc.recorded(self.db, action)
         self.stats.recorded(action, budgeted)  # ORIGIN_GIVEN_UP costs no --max-actions budget
