@@ -8,6 +8,7 @@ from pathlib import Path
 
 from courtly.site import LocalSite, Page, html
 from tests.conftest import candidates, courtly, courtly_process, rows
+from tests.hostile_server import Conn, HostileServer, Request, link_page, page, routes
 from tests.pgserver import PgUrl
 from tests.test_resume import wait_for_actions
 
@@ -109,3 +110,38 @@ def test_a_kill_9_does_not_change_which_page_of_a_pair_is_kept(serve, pg_url: Pg
     assert {url: after[url] for url in before} == before
     assert all(sorted(pair) == ["NOT_CANONICAL", "OK"] for pair in decisions(pg_url, site)), (
         decisions(pg_url, site))
+
+
+async def cookie_gate(conn: Conn, req: Request) -> None:
+    """A page behind a cookie check: without the cookies, a redirect to itself that sets them
+    (one with an Expires date, whose comma a joined header would split)."""
+    if req.headers.get("cookie") == "visited=1; lang=en":
+        await conn.send(link_page(["/inside"], "the page behind the gate"))
+        return
+    await conn.send(b"HTTP/1.1 302 Found\r\nLocation: /gate\r\nContent-Length: 0\r\n"
+                    b"Set-Cookie: visited=1; Path=/; Expires=Wed, 21 Oct 2037 07:28:00 GMT\r\n"
+                    b"Set-Cookie: lang=en; HttpOnly\r\nConnection: close\r\n\r\n")
+
+
+def test_a_redirect_to_itself_setting_a_cookie_is_asked_once_more_with_it(db: Path) -> None:
+    """A site checking that its visitors keep cookies answers the first request with a redirect
+    to the URL itself that sets one; a browser asks again, with it, and gets the page. courtly
+    recorded "redirects to itself: not queued" and the page was lost. It now asks once more
+    with the cookies that redirect set (name=value, as a browser sends them), as it asks a Java
+    server's /a;jsessionid=… once more; a server redirecting again is given up."""
+    pages = {"/": link_page(["/gate", "/loop"]), "/gate": cookie_gate,
+             "/inside": page("<p>inside</p>"),
+             "/loop": page("", status="302 Found", Location="/loop", Set_Cookie="a=1")}
+    with HostileServer({"a": routes(pages)}) as server:
+        run = courtly("crawl", server.url("a"), "--db", db, "--min-delay", "0")
+        assert run.status == 0, run.err
+        cands = candidates(db)
+        assert cands[server.url("a", "/gate")]["exit_code"] == "OK"
+        assert server.url("a", "/inside") in cands  # its links followed
+        gate_log = rows(db, "SELECT detail FROM crawl_log WHERE url = ? ORDER BY id",
+                        server.url("a", "/gate"))
+        assert [r["detail"] for r in gate_log] == [
+            "redirects to itself setting a cookie: asked once more with it", None]
+        assert cands[server.url("a", "/loop")]["detail"] == (
+            "redirects to itself with its cookies, again: not queued")
+        assert [h.path for h in server.hits_for("a")].count("/loop") == 2

@@ -250,7 +250,7 @@ class Crawler:
                 self.stats.requests += 1
                 crawler.pages_this_run += 1
                 result = await self.fetcher.get(
-                    candidate.request_url or candidate.url, headers=outcome.validators(candidate),
+                    candidate.request_url or candidate.url, headers=outcome.headers_of(candidate),
                     keep_alive=outcome.keeps_alive(crawler, self.config))
         except FetchError as exc:
             result = exc
@@ -282,7 +282,7 @@ class Crawler:
                                backoff_jitter(), action.candidate.request_url, conditional)
         action.exit_code, action.detail = reading.exit_code, reading.detail
         if reading.again is not None:  # a redirect to itself: its Location asked next
-            crawler.todo.insert(0, action.candidate.asked_as(reading.again))
+            crawler.todo.insert(0, action.candidate.asked_as(reading.again, reading.cookie))
         if reading.pause is not None:  # rate limited, or the server failed: it backs off
             pause(crawler, reading.backoff_level, reading.pause, now)
             crawler.state.backoff_until = wall + reading.pause

@@ -102,10 +102,13 @@ class Candidate:
     #: what is requested instead of url: the Location of its redirect to itself, as written
     #: (/a → /a;jsessionid=…, which normalizes to /a), asked once more (never stored)
     request_url: str | None = None
+    #: the cookies that redirect to itself set (`name=value; …`), sent with that request
+    cookie: str | None = None
 
-    def asked_as(self, url: str) -> Candidate:
-        """This candidate, requested next as url (the Location of its redirect to itself)."""
-        return replace(self, request_url=url)
+    def asked_as(self, url: str, cookie: str | None = None) -> Candidate:
+        """This candidate, requested next as url (the Location of its redirect to itself), with
+        the cookies that redirect set."""
+        return replace(self, request_url=url, cookie=cookie)
 
 
 @dataclass(slots=True)

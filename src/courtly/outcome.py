@@ -95,6 +95,15 @@ def validators(candidate: Candidate) -> dict[str, str] | None:
     return headers
 
 
+def headers_of(candidate: Candidate) -> dict[str, str] | None:
+    """The headers of a candidate's request: its validators, and the cookies its redirect to
+    itself set."""
+    headers = validators(candidate)
+    if candidate.cookie is None:
+        return headers
+    return {**(headers or {}), "Cookie": candidate.cookie}
+
+
 def kept_validators(
     headers: Mapping[str, str], wall: float, stored: Candidate | None = None
 ) -> tuple[str | None, str | None]:
@@ -153,6 +162,8 @@ class Reading:
     redirect_target: str | None = None
     #: a redirect to the URL itself once normalized: its Location as written, asked once more
     again: str | None = None
+    #: the cookies that redirect set, sent with `again`
+    cookie: str | None = None
     #: RATE_LIMITED: the origin stays away this many seconds, at this backoff level
     pause: float | None = None
     backoff_level: int = 0
@@ -209,7 +220,7 @@ def read(
             detail = f"no usable Location ({one_line(location) or 'none'}): not queued"
             return Reading(ExitCode.REDIRECT, detail=detail)
         if target == url:
-            return _to_itself(url, location, asked)
+            return _to_itself(url, location, asked, set_cookies(result.head))
         return Reading(ExitCode.REDIRECT, Next.REDIRECT, redirect_target=target)
     if status == 304:
         return _NOT_MODIFIED if conditional else _UNASKED_304
@@ -229,16 +240,30 @@ def read(
     return _FILE
 
 
-def _to_itself(url: str, location: str, asked: str | None) -> Reading:
+def _to_itself(url: str, location: str, asked: str | None, cookie: str | None) -> Reading:
     """A redirect to the URL itself once normalized: a Java server's /a → /a;jsessionid=… (the
-    session id is removed) wants the session in the URL. Its Location is asked once more as
-    written, when it differs; a second one gives up (no target queued, no redirect saved)."""
+    session id is removed) wants the session in the URL, and a redirect setting a cookie wants
+    it sent. Its Location is asked once more as written (with the cookies it set), when it
+    differs or sets a cookie; a second one gives up (no target queued, no redirect saved)."""
     written = resolve(location, asked or url)
-    if asked is None and written is not None and written != url:
-        return Reading(ExitCode.REDIRECT, detail="redirects to itself once normalized: its "
-                       "Location asked once more as written", again=written)
-    return Reading(ExitCode.REDIRECT, detail="redirects to itself" + (
-        " once normalized, again" if asked else "") + ": not queued")
+    if asked is None and written is not None and (written != url or cookie is not None):
+        detail = ("redirects to itself setting a cookie: asked once more with it"
+                  if written == url else
+                  "redirects to itself once normalized: its Location asked once more as written")
+        return Reading(ExitCode.REDIRECT, detail=detail, again=written, cookie=cookie)
+    again = "" if asked is None else " with its cookies, again" if asked == url else (
+        " once normalized, again")
+    return Reading(ExitCode.REDIRECT, detail=f"redirects to itself{again}: not queued")
+
+
+def set_cookies(head: bytes) -> str | None:
+    """The `name=value` pairs of a response's Set-Cookie headers, as a Cookie header sends them
+    (RFC 6265 §5.2: each up to its first ";"); None if it sets none. By hand: the headers are
+    read from the head, as http.cookies cannot split the ones a dict joined with ", "."""
+    pairs = [value.decode("latin-1").partition(";")[0].strip()
+             for name, _, value in (line.partition(b":") for line in head.split(b"\r\n")[1:])
+             if name.strip().lower() == b"set-cookie"]
+    return "; ".join(pair for pair in pairs if "=" in pair) or None
 
 
 def is_page(resp: HttpResponse) -> bool:
