@@ -45,9 +45,9 @@ def test_a_canonical_chain_is_followed_one_hop_whatever_the_order(serve, db: Pat
     run = courtly("crawl", site.url("one"), "--db", db, "--min-delay", "0")
     assert run.status == 0, run.err
     cands = {url.removeprefix(site.origins["one"]): c for url, c in candidates(db).items()}
-    for page, named in (("/chain-a", "/chain-b"), ("/chain-b", "/chain-c"),
+    for path, named in (("/chain-a", "/chain-b"), ("/chain-b", "/chain-c"),
                         ("/loop-1", "/loop-2"), ("/loop-2", "/loop-3")):
-        record = cands[page]
+        record = cands[path]
         assert (record["exit_code"], record["canonical"]) == (
             "NOT_CANONICAL", site.url("one", named)), record
     assert cands["/loop-3"]["detail"] == (f"canonical {site.url('one', '/loop-1')} is one of 3 "
