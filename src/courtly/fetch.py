@@ -26,6 +26,7 @@ from courtly.errors import FetchError, LocalError, one_line
 from courtly.model import ExitCode
 from courtly.pool import Pool, Slot, connection_limit
 from courtly.proxy import (
+    Carried,
     Proxies,
     Proxy,
     ProxyFailure,
@@ -309,26 +310,22 @@ class Fetcher:
         self._check_literal_address(endpoint.host)
         request = self._request(endpoint, target, headers)
         proxy = self._proxy(endpoint)
-        sent = request
-        if proxy is not None and endpoint.scheme == "http":
-            sent = absolute_form(request, f"http://{endpoint.host_header}", proxy)
+        sent = absolute_form(request, endpoint.scheme, endpoint.host_header, proxy)
         limit = max_body or self.limits.max_body_size
         fresh = False  # True: not on a kept-alive connection
         short_since: float | None = None  # when this request first met a local error
-        with self._carrying(proxy) as ticket:
+        with carrying(self.proxies, proxy, endpoint.host_header) as carried:
             while True:
                 try:
                     # no more kept-alive connections to a server that hangs up on them (_STALE_MAX)
                     keep = keep_alive and self._stale.get(endpoint, 0) < _STALE_MAX
                     response = await self._send(url, endpoint, sent, limit, truncate, fresh, keep)
-                    if proxy is not None:
-                        proxied(self.proxies, response, proxy, ticket, request,
-                                endpoint.host_header)
+                    if carried is not None:
+                        proxied(response, carried, request)
                     return response
                 except FetchError as exc:
                     if not exc.stale:  # (ProxyFailure: the proxy failed once too many)
-                        raise watched(self.proxies, proxy, ticket, endpoint.host_header,
-                                      exc) from None
+                        raise watched(carried, exc) from None
                     fresh = True  # the server closed it while idle: once more on a new connection
                     if endpoint in self._stale or len(self._stale) < _STALE_ENDPOINTS:
                         self._stale[endpoint] = self._stale.get(endpoint, 0) + 1
@@ -461,12 +458,6 @@ class Fetcher:
         return self._tls
 
     # -- proxies (proxy.py) --------------------------------------------------------------------
-    def _carrying(self, proxy: Proxy | None) -> contextlib.AbstractContextManager[int]:
-        """The proxy watch's ticket for a request through a proxy (0: direct)."""
-        if proxy is None or self.proxies is None:
-            return contextlib.nullcontext(0)
-        return self.proxies.watch.carrying(proxy)
-
     def _proxy(self, endpoint: _Endpoint) -> Proxy | None:
         if self.proxies is None:
             return None
@@ -532,24 +523,29 @@ class Fetcher:
             conn.close()
 
 
-def proxied(proxies: Proxies | None, response: HttpResponse, proxy: Proxy, ticket: int,
-            request: bytes, site: str) -> None:
+def carrying(proxies: Proxies | None, proxy: Proxy | None, site: str
+             ) -> contextlib.AbstractContextManager[Carried | None]:
+    """A request for the site, under way through its proxy while in this block (None: direct)."""
+    if proxies is None or proxy is None:
+        return contextlib.nullcontext(None)
+    return proxies.watch.carrying(proxy, site)
+
+
+def proxied(response: HttpResponse, carried: Carried, request: bytes) -> None:
     """A response that came through a proxy: the proxy's refusal (407), or its 502s for every
     site (proxy.ProxyWatch), is a ProxyFailure; the request kept with it is the one for the site
     (no absolute form, no proxy credentials)."""
     if response.status == 407:
-        raise refused(proxy)
-    if proxies is not None:
-        proxies.watch.answered(proxy, ticket, site, response.status)
+        raise refused(carried.proxy)
+    carried.watch.answered(carried, response.status)
     response.request = request
 
 
-def watched(proxies: Proxies | None, proxy: Proxy | None, ticket: int, site: str,
-            exc: FetchError) -> FetchError:
+def watched(carried: Carried | None, exc: FetchError) -> FetchError:
     """A request's failure, once the proxy that carried it is told (ProxyFailure: it failed
     every site too many times)."""
-    if proxies is not None and proxy is not None:
-        proxies.watch.failed(proxy, ticket, site, exc)
+    if carried is not None:
+        carried.watch.failed(carried, exc)
     return exc
 
 

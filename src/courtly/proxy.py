@@ -110,32 +110,33 @@ class ProxyWatch:
         self._reached: dict[Proxy, set[str]] = {}  # the sites it answered for
 
     @contextlib.contextmanager
-    def carrying(self, proxy: Proxy) -> Iterator[int]:
-        """A request through the proxy, under way while in this block: its ticket."""
+    def carrying(self, proxy: Proxy, site: str) -> Iterator[Carried]:
+        """A request for the site through the proxy, under way while in this block."""
         self._sent += 1
-        ticket = self._sent
+        carried = Carried(self, proxy, self._sent, site)
         under_way = self._under_way.setdefault(proxy, set())
-        under_way.add(ticket)
+        under_way.add(carried.ticket)
         try:
-            yield ticket
+            yield carried
         finally:
-            under_way.discard(ticket)
+            under_way.discard(carried.ticket)
 
-    def answered(self, proxy: Proxy, ticket: int, site: str, status: int) -> None:
+    def answered(self, carried: Carried, status: int) -> None:
         """A response came through the proxy (ProxyFailure: its own 502/503/504, once too
         many)."""
         if status in GATEWAY_ERRORS:
-            self._failed(proxy, ticket, site, f"it answered {status}")
+            self._failed(carried, f"it answered {status}")
         else:
-            self._streaks.pop(proxy, None)
-            self._reached.setdefault(proxy, set()).add(site)
+            self._streaks.pop(carried.proxy, None)
+            self._reached.setdefault(carried.proxy, set()).add(carried.site)
 
-    def failed(self, proxy: Proxy, ticket: int, site: str, exc: FetchError) -> None:
+    def failed(self, carried: Carried, exc: FetchError) -> None:
         """A request through the proxy failed (ProxyFailure: once too many the proxy's way)."""
         if exc.exit_code in _PROXY_FAILS:
-            self._failed(proxy, ticket, site, exc.detail)
+            self._failed(carried, exc.detail)
 
-    def _failed(self, proxy: Proxy, ticket: int, site: str, why: str) -> None:
+    def _failed(self, carried: Carried, why: str) -> None:
+        proxy, site = carried.proxy, carried.site
         reached = self._reached.get(proxy)
         if reached and site not in reached:
             return  # a site never reached through a proxy that works fails on its own
@@ -144,11 +145,21 @@ class ProxyWatch:
         streak.sites.add(site)
         if streak.count < self.most or len(streak.sites) < 2:
             return
-        if any(t <= streak.before for t in self._under_way.get(proxy, ()) if t != ticket):
+        if any(t <= streak.before for t in self._under_way[proxy] if t != carried.ticket):
             return  # a request sent before the failures began may yet be answered
         raise ProxyFailure(f"{proxy} failed the last {streak.count} requests, for "
                            f"{len(streak.sites)} sites, with no answer between (the last: "
                            f"{one_line(why)}): it is taken to be down")
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """A request under way through a proxy, as its watch knows it."""
+
+    watch: ProxyWatch
+    proxy: Proxy
+    ticket: int
+    site: str
 
 
 class Proxies:
@@ -291,9 +302,13 @@ def refused(proxy: Proxy) -> ProxyFailure:
     return ProxyFailure(f"{proxy} answered 407 Proxy Authentication Required ({given})")
 
 
-def absolute_form(request: bytes, origin: str, proxy: Proxy) -> bytes:
-    """A request to send to a proxy: its target with the origin (absolute form, RFC 9112 3.2.2)
-    and the proxy's credentials."""
+def absolute_form(request: bytes, scheme: str, authority: str, proxy: Proxy | None) -> bytes:
+    """The request as sent: to a proxy, an http URL's target with the origin (absolute form,
+    RFC 9112 3.2.2) and the proxy's credentials; else (direct, or https through a tunnel) as
+    it is."""
+    if proxy is None or scheme != "http":
+        return request
+    origin = f"http://{authority}"
     line, _, rest = request.partition(b"\r\n")
     method, _, target = line.partition(b" ")
     line = b"%s %s%s" % (method, origin.encode(), target)
