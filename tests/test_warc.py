@@ -190,9 +190,42 @@ def test_a_recrawl_and_a_duplicate_are_revisits(serve, db: Path, tmp_path: Path)
         assert revisit["warc"]["WARC-Refers-To-Date"] == refers["date"]
         assert revisit["warc"]["WARC-Payload-Digest"] == refers["warc"]["WARC-Payload-Digest"]
         assert revisit["body"] == b"" and revisit["date"] > refers["date"]
-    assert revisits[-1]["http"].get_statuscode() == "304"
+    # a 304 is the kept response it stands for, its header fields updated (RFC 9111 §3.2)
+    assert revisits[-1]["http"].get_statuscode() == "200"
     requests = {r["warc"]["WARC-Concurrent-To"] for r in found if r["type"] == "request"}
     assert {r["warc"]["WARC-Record-ID"] for r in revisits} <= requests
+
+
+def test_pywb_replays_a_304_and_an_unchanged_page_as_the_page(serve, tmp_path: Path) -> None:
+    """A recrawl's revisits replay in pywb as the page they stand for. A 304's revisit held the
+    304's own head: pywb replays a revisit with its own head, so the page replayed empty, 304."""
+    body = html("Kept", [], body="kept words " * 40)
+    first = {"Content-Type": "text/html", "ETag": '"v1"', "X-Served": "first"}
+
+    def kept(count: int) -> Page:
+        if count == 0:
+            return Page(body, headers=first)
+        return Page(b"", 304, {"ETag": '"v1"', "X-Served": "again"})  # no Content-Type
+
+    site = serve({"one": {"/": Page(html("Home", ["/kept"])), "/kept": kept}})
+    db, warcs = tmp_path / "crawl.db", tmp_path / "warcs"
+    run = courtly("crawl", site.url("one"), "--db", db, "--min-delay", "0", "--warc", warcs)
+    assert run.status == 0, run.err
+    time.sleep(1.1)  # the recrawl's captures a second later: their own 14-digit timestamps
+    run = courtly("crawl", "--db", db, "--min-delay", "0", "--force-recrawl", "--warc", warcs)
+    assert run.status == 0, run.err
+    files = sorted(warcs.glob("*.warc.gz"))
+    warcio_check(*files)
+    home, page = site.url("one"), site.url("one", "/kept")
+    stamps = {r["url"]: time.strftime("%Y%m%d%H%M%S", time.gmtime(r["fetched"]))
+              for r in rows(db, "SELECT url, fetched FROM revisits")}
+    assert set(stamps) == {home, page}
+    with pywb(tmp_path / "pywb", files) as replay:
+        status, headers, replayed = get(f"{replay}/crawl/{stamps[page]}id_/{page}")
+        assert (status, replayed) == (200, body.encode())
+        assert headers["X-Served"] == "again" and headers["Content-Type"] == "text/html"
+        status, _, replayed = get(f"{replay}/crawl/{stamps[home]}id_/{home}")
+        assert status == 200 and b"<title>Home</title>" in replayed
 
 
 GZIPPED = html("Zipped", [], body="squeezed " * 300).encode()

@@ -187,6 +187,7 @@ class StoredRevisit:
     refers_to: str  # the kept page's URL
     refers_to_date: float  # when the kept page was fetched
     original: bytes  # the kept page's body (zstd), for its payload digest
+    original_exchange: bytes | None = None  # the kept page's (None: kept before migration 9)
 
 
 @dataclass(slots=True)

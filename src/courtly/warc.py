@@ -169,6 +169,9 @@ class Archive:
 
         original = self._decompress(revisit.original)
         request, head = self._exchange(revisit.exchange)
+        not_modified = head.split(b" ", 2)[1:2] == [b"304"]
+        if not_modified and revisit.original_exchange is not None:
+            head = freshened(self._exchange(revisit.original_exchange)[1], head)
         digest = Digester("sha1")
         digest.update(original)
         w = self._writer
@@ -183,7 +186,7 @@ class Archive:
                 "WARC-Record-ID": revisit_id, "WARC-Date": date,
                 "WARC-Refers-To": record_id("response", revisit.refers_to,
                                             revisit.refers_to_date)})
-        if headers.get_statuscode() == "304":  # the server said it had not changed
+        if not_modified:  # the server said it had not changed
             record.rec_headers.replace_header("WARC-Profile", NOT_MODIFIED)
         w.write_record(record)
         w.write_record(w.create_warc_record(
@@ -211,6 +214,24 @@ def split_exchange(exchange: bytes) -> tuple[bytes, bytes]:
     return request + mark, head
 
 
+def freshened(stored: bytes, not_modified: bytes) -> bytes:
+    """A kept response's head updated with a 304's header fields, as a cache updates it (RFC
+    9111 §3.2: each replaces the stored fields of its name; Content-Length excepted): the
+    response the 304 stands for. pywb replays a revisit with its own head, and a 304's own
+    head is an empty page to a browser."""
+    fresh = [line for line in not_modified.split(b"\r\n")[1:] if line]
+    names = {_field_name(line) for line in fresh} - {b"content-length"}
+    lines = stored.split(b"\r\n")
+    kept = [line for line in lines[1:] if line and _field_name(line) not in names]
+    updates = [line for line in fresh if _field_name(line) in names]
+    return b"\r\n".join([lines[0], *kept, *updates]) + b"\r\n\r\n"
+
+
+def _field_name(line: bytes) -> bytes:
+    """A header line's field name, lower case."""
+    return line.partition(b":")[0].strip().lower()
+
+
 def as_kept(head: bytes, length: int) -> bytes:
     """A response head as received, made true of the body as kept (decoded, of this length):
     Content-Encoding and Transfer-Encoding renamed X-Crawler-…, a differing Content-Length too,
@@ -222,8 +243,7 @@ def as_kept(head: bytes, length: int) -> bytes:
     for line in lines[1:]:
         if not line:
             continue
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
+        name, value = _field_name(line), line.partition(b":")[2]
         if name in _ENCODINGS and value.strip().lower() != b"identity":
             line = b"X-Crawler-" + line
         elif name == b"content-length":

@@ -30,7 +30,8 @@ from courtly.store.seen import SeenCache
 
 #: the revisits whose original is still the kept page they revisited
 REVISITS = (
-    "SELECT r.url, r.fetched, r.exchange, r.refers_to, r.refers_to_date, c.body "
+    "SELECT r.url, r.fetched, r.exchange, r.refers_to, r.refers_to_date, c.body, "
+    "c.exchange "
     "FROM revisits r JOIN content c ON c.url = r.refers_to AND c.fetched = r.refers_to_date"
 )
 #: another crawled page with this content (parameters: the hash, the page's own URL)
@@ -392,10 +393,11 @@ class SqlReads(SqlBase):
         return next(self._revisits(rows.fetchall()), None)
 
     def _revisits(self, rows: list[Any]) -> Iterator[StoredRevisit]:
-        for url, fetched, exchange, refers_to, refers_date, original in rows:
+        for url, fetched, exchange, refers_to, refers_date, original, kept in rows:
             try:
                 yield StoredRevisit(str(url), float(fetched), bytes(exchange), str(refers_to),
-                                    float(refers_date), bytes(original))
+                                    float(refers_date), bytes(original),
+                                    None if kept is None else bytes(kept))
             except (TypeError, ValueError):  # a damaged row: the WARC writer reports it
                 yield StoredRevisit(str(url), 0.0, b"", "", 0.0, b"")
 
