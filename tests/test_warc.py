@@ -28,7 +28,14 @@ from warcio.archiveiterator import ArchiveIterator
 from courtly.site import Page, html
 from courtly.warc import warc_date, writer_of
 from tests.conftest import courtly, rows
-from tests.hostile_server import Conn, HostileServer, Request, routes
+from tests.hostile_server import (
+    Conn,
+    HostileServer,
+    Request,
+    link_page,
+    reset_mid_body,
+    routes,
+)
 from tests.test_bad_input import one_line
 
 BACKENDS = ("sqlite", "postgres")  # the `db` tests run on both (tests/conftest.py)
@@ -256,6 +263,48 @@ def test_encodings_undone_and_their_headers_renamed(db: Path, tmp_path: Path) ->
         ("Content-Type", "text/html"), ("X-Crawler-Content-Encoding", "gzip"),
         ("X-Crawler-Transfer-Encoding", "chunked"), ("Connection", "close"),
         ("Content-Length", str(len(GZIPPED)))]
+
+
+async def over_the_limit(conn: Conn, req: Request) -> None:
+    """A chunked body (no Content-Length) that runs past the crawl's max_body_size."""
+    await conn.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n")
+    with contextlib.suppress(ConnectionError):  # the crawler hangs up at its limit
+        for _ in range(40):
+            await conn.send(b"1000\r\n%s\r\n" % (b"h" * 0x1000))
+
+
+def test_responses_cut_short_are_archived_with_why(tmp_path: Path) -> None:
+    """A body over max_body_size, a connection dropped mid-body: the response was in no
+    record. Now it is, as far as it came, with WARC-Truncated (length, disconnect), as Heritrix
+    writes a response it cut."""
+    conf = tmp_path / "crawl.toml"
+    conf.write_text("[limits]\nmax_body_size = 100000\n")
+    table = {"/": link_page(["/huge", "/dropped"]), "/huge": over_the_limit,
+             "/dropped": reset_mid_body}
+    warcs = tmp_path / "warcs"
+    with HostileServer({"cut": routes(table)}) as server:
+        origin = server.origins["cut"]
+        run = courtly("crawl", origin + "/", "--db", tmp_path / "c.db", "--min-delay", "0",
+                      "--config", conf, "--warc", warcs)
+    assert run.status == 0, run.err
+    files = sorted(warcs.glob("*.warc.gz"))
+    warcio_check(*files)
+    cut = {r["uri"].removeprefix(origin): r for f in files for r in records(f.read_bytes())
+           if r["type"] == "response" and "WARC-Truncated" in r["warc"]}
+    assert {path: r["warc"]["WARC-Truncated"] for path, r in cut.items()} == {
+        "/huge": "length", "/dropped": "disconnect"}
+    huge, dropped = cut["/huge"], cut["/dropped"]
+    assert 90_000 <= len(huge["body"]) <= 100_000 and set(huge["body"]) == {ord("h")}
+    assert dropped["body"] == b"<html>" + b"a" * 2000
+    assert dropped["http"].get_header("X-Crawler-Content-Length") == "5000"
+    assert dropped["http"].get_header("Content-Length") == "2006"
+    requests = {r["warc"]["WARC-Concurrent-To"] for f in files for r in records(f.read_bytes())
+                if r["type"] == "request"}
+    assert {r["warc"]["WARC-Record-ID"] for r in cut.values()} <= requests
+    indexed = {json.loads(line.split(" ", 2)[2])["url"]
+               for line in (warcs / "index.cdxj").read_text().splitlines()}
+    assert {origin + path for path in cut} <= indexed
 
 
 def test_rolling_files_with_heritrix_names_and_a_cdxj_index(serve, db: Path,

@@ -308,6 +308,10 @@ def unfold(data: bytes) -> bytes:
     return b"".join(out) + data[start:]
 
 
+#: why a response cut short by a fault is short, as WARC-Truncated says it (a closed
+#: connection's: disconnect)
+_CUTS = {ExitCode.TOO_LARGE: "length", ExitCode.TIMEOUT: "time"}
+
 #: the parser of a closed connection: it calls nobody back
 _DETACHED = httptools.HttpResponseParser(object())
 
@@ -400,11 +404,18 @@ class Connection(asyncio.Protocol):
     def _fail(self, error: FetchError | LocalError) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
-            if self.head_done and isinstance(error, FetchError) and error.status is None:
-                error.status = self._parser.get_status_code()  # the head came, then the fault
+            if self.head_done and isinstance(error, FetchError):
+                self._cut(error)
             waiter.set_exception(error)
         self._finish()
         self.close()
+
+    def _cut(self, error: FetchError) -> None:
+        """The head came, then the fault: the error carries the response so far (its status for
+        robots.txt's rules, the rest for the WARC files) and why it is short."""
+        error.status = error.status or self._parser.get_status_code()
+        error.partial = (b"", self.head(), b"".join(self._parts))
+        error.cut = _CUTS.get(error.exit_code, "disconnect" if self.closed else "unspecified")
 
     def _finish(self) -> None:
         self._timer.cancel()

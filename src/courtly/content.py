@@ -80,11 +80,16 @@ class ContentReader:
                  ) -> Awaitable[PageAnalysis]:
         return self.pages.analyse(*_worker_args(url, resp), own)
 
-    async def read(self, action: CrawlAction, reading: Reading, resp: HttpResponse,
+    async def read(self, action: CrawlAction, reading: Reading, resp: HttpResponse | FetchError,
                    sent: SentPage | None = None, robots: RobotsRules | None = None) -> None:
         """The response's metadata into the action, then what `reading.next` says (a page's
         analysis, when sent by `analysis`). robots: the origin's rules, which may refuse the
-        canonical URL the response names."""
+        canonical URL the response names. A fetch error: the response it cut short, if any,
+        for the WARC files."""
+        if isinstance(resp, FetchError):
+            if self.config.warc.dir is not None and resp.partial is not None:
+                action.received, action.truncated = resp.partial, resp.cut
+            return
         headers = resp.headers
         action.http_status = resp.status
         action.content_type = headers.get("content-type")

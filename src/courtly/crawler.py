@@ -295,8 +295,9 @@ class Crawler:
     async def _end(self, crawler: OriginCrawler, action: CrawlAction, result: outcome.Answer,
                    reading: outcome.Reading | None, started: float,
                    page: SentPage | None) -> None:
-        """The body read (content.py; the page worker parses a page), the action recorded."""
-        if reading is not None and not isinstance(result, FetchError):
+        """The body read (content.py; the page worker parses a page; of a response cut short,
+        what came), the action recorded."""
+        if reading is not None:
             try:
                 await self.content.read(action, reading, result, page, crawler.robots)
             except StoreError:

@@ -31,15 +31,20 @@ class FetchError(Exception):
     (the request may be sent again at once on a new connection).
     status: the response's status when its head had arrived before the fetch failed (a 404
     whose body never came is still a 404 to robots.txt's rules).
+    partial: then, the response so far (request head, response head, the body until the
+    fault) and `cut`, why it is short, as WARC-Truncated says it (the WARC files keep it).
     """
 
     def __init__(self, exit_code: ExitCode, detail: str, stale: bool = False,
-                 status: int | None = None) -> None:
+                 status: int | None = None, partial: tuple[bytes, bytes, bytes] | None = None,
+                 cut: str = "unspecified") -> None:
         super().__init__(detail)
         self.exit_code = exit_code
         self.detail = detail
         self.stale = stale
         self.status = status
+        self.partial = partial
+        self.cut = cut  # or length, time, disconnect
 
 
 class LocalError(Exception):

@@ -325,7 +325,7 @@ class Fetcher:
                     return response
                 except FetchError as exc:
                     if not exc.stale:  # (ProxyFailure: the proxy failed once too many)
-                        raise watched(carried, exc) from None
+                        raise watched(carried, exc, request) from None
                     fresh = True  # the server closed it while idle: once more on a new connection
                     if endpoint in self._stale or len(self._stale) < _STALE_ENDPOINTS:
                         self._stale[endpoint] = self._stale.get(endpoint, 0) + 1
@@ -351,7 +351,7 @@ class Fetcher:
         except FetchError as exc:
             if exc.exit_code is ExitCode.TIMEOUT:
                 raise FetchError(exc.exit_code, f"{exc.detail} {_took(started)}",
-                                 status=exc.status) from None
+                                 status=exc.status, partial=exc.partial, cut=exc.cut) from None
             raise
         finally:
             if conn is not None:
@@ -541,11 +541,14 @@ def proxied(response: HttpResponse, carried: Carried, request: bytes) -> None:
     response.request = request
 
 
-def watched(carried: Carried | None, exc: FetchError) -> FetchError:
+def watched(carried: Carried | None, exc: FetchError, request: bytes) -> FetchError:
     """A request's failure, once the proxy that carried it is told (ProxyFailure: it failed
-    every site too many times)."""
+    every site too many times); the response it cut short keeps the request for the site, as
+    `proxied` keeps it with a response."""
     if carried is not None:
         carried.watch.failed(carried, exc)
+    if exc.partial is not None:
+        exc.partial = (request, *exc.partial[1:])
     return exc
 
 

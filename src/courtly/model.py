@@ -147,6 +147,8 @@ class CrawlAction:
     #: redirect, an error page, a file): its request and response heads, and its body, as
     #: received; written to the WARC files after the action, never to the database
     received: tuple[bytes, bytes, bytes] | None = None
+    #: `received` was cut short, and why (WARC-Truncated: length, time, disconnect, unspecified)
+    truncated: str | None = None
     #: the URL whose kept page this response revisits: its own (304) or an exact duplicate's
     revisit_of: str | None = None
     redirect_target: str | None = None

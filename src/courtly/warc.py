@@ -8,8 +8,8 @@ an unchanged body is a `revisit` record of the kept page. A page kept before cou
 exchanges (schema 9) is a `resource` record. Record ids and dates come from the URL and the fetch
 time alone, so the same page gives the same records during the crawl (`crawl --warc`) and in
 `export --format warc`. During the crawl every other response (a redirect, an error page, a file,
-robots.txt) is a response record too, written from the response as received: the database keeps
-no body of it.
+robots.txt, a response cut short: WARC-Truncated says why) is a response record too, written
+from the response as received: the database keeps no body of it.
 
 `WarcFiles` rolls files of a configurable size with Heritrix-style names, and keeps a CDXJ index
 (pywb's format, written by cdxj-indexer) beside them.
@@ -144,16 +144,16 @@ class Archive:
         self.write_response(page.url, page.fetched, request, head, body)
 
     def write_response(self, url: str, fetched: float, request: bytes, head: bytes,
-                       body: bytes, truncated: bool = False) -> None:
-        """A response record (its head made true of the body as kept: `as_kept`; truncated: the
-        body was cut at a size limit, WARC-Truncated) and its request record."""
+                       body: bytes, truncated: str | None = None) -> None:
+        """A response record (its head made true of the body as kept: `as_kept`; truncated: why
+        the body is cut short, WARC-Truncated) and its request record."""
         w = self._writer
         date = warc_date(fetched)
         response_id = record_id("response", url, fetched)
         response = as_kept(head, len(body))
         headers = {"WARC-Record-ID": response_id, "WARC-Date": date}
-        if truncated:
-            headers["WARC-Truncated"] = "length"
+        if truncated is not None:
+            headers["WARC-Truncated"] = truncated
         w.write_record(w.create_warc_record(
             url, "response", payload=BytesIO(response + body),
             length=len(response) + len(body), warc_headers_dict=headers))
@@ -281,7 +281,7 @@ class WarcFiles:
         self._write(lambda archive: archive.write_revisit(revisit))
 
     def write_received(self, url: str, fetched: float, received: Received,
-                       truncated: bool = False) -> None:
+                       truncated: str | None = None) -> None:
         """Write the records of a response the database does not keep."""
         request, head, body = received
         self._write(lambda archive: archive.write_response(url, fetched, request, head, body,
@@ -365,7 +365,7 @@ def archive_action(files: WarcFiles, store: Store, action: CrawlAction) -> None:
         files.write_page(StoredPage(url, fetched, action.content_type, action.content,
                                     action.exchange))
     elif action.received is not None:
-        files.write_received(url, fetched, action.received)
+        files.write_received(url, fetched, action.received, action.truncated)
 
 
 class CrawlArchive:
@@ -396,7 +396,7 @@ class CrawlArchive:
         bytes was cut there): its records are written after the writes queued so far."""
         when = clock.now() - resp.elapsed
         db.later(self._write_received, resp.url, when, (resp.request, resp.head, resp.body),
-                 len(resp.body) >= most).add_done_callback(self._kept)
+                 "length" if len(resp.body) >= most else None).add_done_callback(self._kept)
 
     def keep(self, action: CrawlAction) -> None:
         """Write the action's records (ArchiveError: they could not be written)."""
@@ -405,7 +405,7 @@ class CrawlArchive:
                 archive_action(self.files, self.store, action)
 
     def _write_received(self, url: str, fetched: float, received: Received,
-                        truncated: bool) -> None:
+                        truncated: str | None) -> None:
         with _write_errors():
             self.files.write_received(url, fetched, received, truncated)
 
