@@ -13,6 +13,7 @@ Configuration: the `[fleet]` section (lease_seconds, partitions, reconnect_secon
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
@@ -22,6 +23,8 @@ import uuid
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 from courtly.crawler import Crawler
 from courtly.processes import pid_alive
@@ -45,6 +48,16 @@ _SAFETY = 0.8
 #: leaves gets its share planned at once (with polls an interval apart, a worker started a
 #: moment after another waited up to lease_seconds / 4 for its first partition)
 MEMBERS_CHECK = 0.25
+#: configuration keys of one worker alone (its machine, its own run, its output); the fleet's
+#: workers should agree on every other (delays, robots.txt, policies, strategy, …): a worker
+#: that joins with another value says so (`shared_settings`)
+OWN_SETTINGS = frozenset({
+    "seeds", "seeds_file", "db", "max_actions", "min_delay", "obey_robots", "concurrency",
+    "commit_interval", "force_recrawl", "parse_workers", "progress", "serve", "warc", "proxy",
+    "ca_bundle", "limits.max_connections", "limits.dns_hosts", "limits.local_error_wait",
+    "fleet.partitions", "fleet.reconnect_seconds", "fleet.batch_window",
+    "fleet.same_host_pid_check",
+})
 
 
 @dataclass
@@ -61,10 +74,12 @@ class Worker:
     """One worker's membership in the fleet: its id, its leases, its answer to "mine?"."""
 
     def __init__(
-        self, store: PostgresStore, settings: FleetConfig, continuous: bool = False
+        self, store: PostgresStore, settings: FleetConfig, continuous: bool = False,
+        shared: dict[str, Any] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
+        self.shared = shared or {}  # the configuration the fleet's workers should share
         self.continuous = continuous
         self.lease_seconds = settings.lease_seconds
         self.interval = max(0.05, min(5.0, self.lease_seconds / 4))
@@ -94,13 +109,30 @@ class Worker:
     def join(self) -> int:
         """Register, make sure the partitions exist, join the fleet's run; returns the run id."""
         self.partitions = self.store.ensure_partitions(self.settings.partitions)
-        self.store.register_worker(self.id, self.host, self.pid)
+        if "partitions" in self.settings.model_fields_set and (
+                self.partitions != self.settings.partitions):
+            log.warning("[fleet] partitions = %d is not used: this crawl has %d partitions, "
+                        "fixed when its first worker joined", self.settings.partitions,
+                        self.partitions)
+        self.store.register_worker(self.id, self.host, self.pid, json.dumps(self.shared))
         self.store.worker = self.id
         self.run = self.store.join_run()
         self._joined = time.monotonic()
         log.info("worker %s joined run %d (%d partitions, leases of %.1fs)",
                  self.id, self.run, self.partitions, self.lease_seconds)
+        self._compare_settings()
         return self.run
+
+    def _compare_settings(self) -> None:
+        """One warning line when a live worker of the fleet crawls with another configuration."""
+        for peer, text in self.store.peer_settings(self.id):
+            differ = differences(self.shared, text)
+            if differ:
+                more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+                log.warning("this worker's configuration differs from worker %s's: %s%s; give "
+                            "every worker of the fleet the same (docs/distributed.md)",
+                            peer, ", ".join(differ[:3]), more)
+                return
 
     def leave(self) -> None:
         """Give every lease back and mark this worker stopped (a clean exit)."""
@@ -322,6 +354,31 @@ def plan_shares(workers: list[str], partitions: int, weights: dict[int, int],
     return plan
 
 
+def shared_settings(config: CrawlConfig) -> dict[str, Any]:
+    """The configuration the fleet's workers should share, as flat `section.key` values."""
+    flat: dict[str, Any] = {}
+    for name, value in config.model_dump(mode="json").items():
+        section = isinstance(getattr(config, name), BaseModel)
+        for key, item in value.items() if section else [(name, value)]:
+            dotted = f"{name}.{key}" if section else key
+            if name not in OWN_SETTINGS and dotted not in OWN_SETTINGS:
+                flat[dotted] = item
+    return flat
+
+
+def differences(mine: dict[str, Any], recorded: str) -> list[str]:
+    """The shared settings on which another worker's (as recorded: JSON) differ from these,
+    among those both know (another version of courtly may have other keys)."""
+    try:
+        theirs = json.loads(recorded)
+    except ValueError:  # not courtly's writing: nothing to compare
+        return []
+    if not isinstance(theirs, dict):
+        return []
+    return [f"{key} {json.dumps(mine[key])} (theirs: {json.dumps(theirs[key])})"
+            for key in sorted(mine.keys() & theirs.keys()) if mine[key] != theirs[key]]
+
+
 def _under_way(crawl: Steering) -> list[str]:
     """The origins with a turn running or a crawl action not yet committed."""
     return [*crawl.turns.running(), *crawl.db.unwritten()]
@@ -348,7 +405,7 @@ def run_worker(
         each.set_idle_timeout(idle)
     store.commit_lazily()  # the crawl's writes; leases and heartbeats are committed durably
     store.ensure_partitions(fleet.partitions)  # the crawl's rows name theirs
-    worker = Worker(polls, fleet, continuous)
+    worker = Worker(polls, fleet, continuous, shared_settings(config))
     store.worker = worker.id
     crawler = Crawler(config, store, strategy, on_progress=on_progress, fleet=worker)
     lost = False  # the database stayed away for reconnect_seconds

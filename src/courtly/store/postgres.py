@@ -669,15 +669,25 @@ class PostgresStore(PostgresBatches):
             self._px(f"UPDATE {table} x SET part = c.part FROM candidates c "
                      f"WHERE x.part = -1 AND c.id = x.{column}")
 
-    def register_worker(self, worker: str, host: str, pid: int) -> None:
-        """Add this worker to the fleet."""
+    def register_worker(self, worker: str, host: str, pid: int, settings: str | None = None,
+                        ) -> None:
+        """Add this worker to the fleet, with the settings it should share with the others."""
         with self._tx():
             self._px(
-                f"INSERT INTO workers (id, host, pid, started, heartbeat, busy, actions) "
-                f"VALUES (%s, %s, %s, {NOW}, {NOW}, 1, 0) ON CONFLICT (id) DO UPDATE SET "
-                f"heartbeat = {NOW}, stopped = NULL",
-                (worker, host, pid),
+                f"INSERT INTO workers (id, host, pid, started, heartbeat, busy, actions, "
+                f"settings) VALUES (%s, %s, %s, {NOW}, {NOW}, 1, 0, %s) ON CONFLICT (id) DO "
+                f"UPDATE SET heartbeat = {NOW}, stopped = NULL, settings = EXCLUDED.settings",
+                (worker, host, pid, settings),
             )
+
+    def peer_settings(self, worker: str) -> list[tuple[str, str]]:
+        """The other live workers' shared settings (id, JSON; those that recorded them), the
+        longest running first."""
+        rows = self._px(
+            f"SELECT id, settings FROM workers WHERE id <> %s AND stopped IS NULL AND "
+            f"settings IS NOT NULL AND heartbeat > {NOW} - lease_seconds ORDER BY started",
+            (worker,)).fetchall()
+        return [(str(wid), str(settings)) for wid, settings in rows]
 
     def origins_without_partition(self) -> list[str]:
         """Origins whose partition has not been computed yet."""

@@ -283,4 +283,7 @@ MIGRATIONS: list[list[str]] = [
     [Postgres("INSERT INTO near_dup_keys (key, candidate, sketch, part) SELECT key, candidate, "
               "sketch, part FROM near_dup_recent ON CONFLICT DO NOTHING"),
      Postgres("DELETE FROM near_dup_recent")],
+    # 16: each worker's configuration that the fleet should share (distributed.shared_settings,
+    # JSON), so that a worker joining with another one says so (SQLite has no fleet)
+    [Postgres("ALTER TABLE workers ADD COLUMN settings TEXT")],
 ]

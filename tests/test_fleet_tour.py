@@ -1,0 +1,88 @@
+"""A fleet as README's "Running many workers" has a user run it: real `courtly worker` processes
+on one PostgreSQL crawl database (a schema of the test's own), real local sites."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from courtly.site import Page, html
+from tests.conftest import courtly, courtly_process, rows
+from tests.pgserver import PgUrl
+
+pytestmark = pytest.mark.postgres
+
+
+def fleet_toml(path: Path, more: str = "") -> Path:
+    """Short leases and 16 partitions (and `more` [fleet] lines)."""
+    path.write_text("[fleet]\nlease_seconds = 2\npartitions = 16\n" + more)
+    return path
+
+
+def worker(db: PgUrl, config: Path, *flags: str) -> subprocess.Popen[str]:
+    return courtly_process("worker", "--db", db, "--progress", "off", "--config", config, *flags)
+
+
+def wait_for_workers(db: PgUrl, count: int) -> None:
+    """Until `count` workers have registered."""
+    deadline = time.monotonic() + 20
+    while len(rows(db, "SELECT id FROM workers")) < count:
+        assert time.monotonic() < deadline, "the worker did not register"
+        time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    return err
+
+
+def test_a_worker_with_another_configuration_says_so_in_one_line(
+        serve, pg_url: PgUrl, tmp_path: Path) -> None:
+    """A worker started with other delays, another strategy or another partition count than
+    the fleet's crawled with them without a word (a tenth of the fleet's delay on the sites of
+    its partitions; its partitions ignored). Now it names what differs, in one warning line."""
+    site = serve({"a": {"/": Page(html("A", []))}})
+    assert courtly("add-seeds", site.url("a"), "--db", pg_url).status == 0
+    config = fleet_toml(tmp_path / "fleet.toml")
+    first = worker(pg_url, config, "--continuous", "--min-delay", "1")
+    try:
+        wait_for_workers(pg_url, 1)
+        same = worker(pg_url, config, "--min-delay", "1", "--concurrency", "4")
+        _, same_err = same.communicate(timeout=60)
+        other = worker(pg_url, fleet_toml(tmp_path / "other.toml", "reconnect_seconds = 5\n"),
+                       "--min-delay", "0.05", "--strategy", "depth-first")
+        _, err = other.communicate(timeout=60)
+    finally:
+        stop(first)
+    assert same.returncode == 0 and other.returncode == 0, same_err + err
+    assert "differs" not in same_err, same_err  # --concurrency and [fleet]'s own: per worker
+    lines = [line for line in err.splitlines() if "configuration differs" in line]
+    assert len(lines) == 1, err
+    assert "politeness.min_delay 0.05 (theirs: 1.0)" in lines[0]
+    assert 'strategy "depth-first" (theirs: "breadth-first")' in lines[0]
+    assert "reconnect_seconds" not in lines[0] and "Traceback" not in err
+
+
+def test_a_partition_count_the_crawl_does_not_have_is_named(
+        serve, pg_url: PgUrl, tmp_path: Path) -> None:
+    """[fleet] partitions is fixed when a crawl first gets its partitions: a worker configured
+    with another count used the crawl's without a word."""
+    site = serve({"a": {"/": Page(html("A", []))}})
+    assert courtly("add-seeds", site.url("a"), "--db", pg_url).status == 0
+    first = worker(pg_url, fleet_toml(tmp_path / "fleet.toml"))
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 0 and "partitions" not in err, err
+    more = tmp_path / "more.toml"
+    more.write_text("[fleet]\nlease_seconds = 2\npartitions = 32\n")
+    second = worker(pg_url, more)
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    lines = [line for line in err.splitlines() if "partitions" in line]
+    assert len(lines) == 1, err
+    assert "[fleet] partitions = 32 is not used: this crawl has 16 partitions" in lines[0]
