@@ -285,5 +285,5 @@ MIGRATIONS: list[list[str]] = [
      Postgres("DELETE FROM near_dup_recent")],
     # 16: each worker's configuration that the fleet should share (distributed.shared_settings,
     # JSON), so that a worker joining with another one says so (SQLite has no fleet)
-    [Postgres("ALTER TABLE workers ADD COLUMN settings TEXT")],
+    [Postgres("ALTER TABLE workers ADD COLUMN IF NOT EXISTS settings TEXT")],
 ]
