@@ -8,11 +8,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from courtly.site import Page, html
 from tests.conftest import courtly, courtly_process, rows
 from tests.pgserver import PgUrl
+from tests.test_pgbouncer import pgbouncer
 
 pytestmark = pytest.mark.postgres
 
@@ -86,3 +88,25 @@ def test_a_partition_count_the_crawl_does_not_have_is_named(
     lines = [line for line in err.splitlines() if "partitions" in line]
     assert len(lines) == 1, err
     assert "[fleet] partitions = 32 is not used: this crawl has 16 partitions" in lines[0]
+
+
+def test_a_full_poolers_wait_is_named_in_one_line(pg_url: PgUrl) -> None:
+    """PgBouncer in session mode with every server connection taken (a pool smaller than two
+    per worker): a worker waited for one to free without a word, for the whole crawl of the
+    workers that held them. Now one warning line says what it waits for, and it goes on once
+    a connection frees."""
+    base, _, schema = pg_url.partition("?")
+    with pgbouncer(base, "session", pool_size=2) as bouncer:
+        held = [psycopg.connect(bouncer, autocommit=True) for _ in range(2)]
+        for conn in held:
+            conn.execute("SELECT 1")  # each keeps its server connection: the pool is full
+        proc = courtly_process("add-seeds", "http://127.0.0.1:9/", "--db", f"{bouncer}?{schema}")
+        time.sleep(7)
+        assert proc.poll() is None, proc.communicate()
+        for conn in held:
+            conn.close()
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    lines = [line for line in err.splitlines() if "no server connection" in line]
+    assert len(lines) == 1 and "pool is full?" in lines[0], err
+    assert "1 new crawl candidates" in out

@@ -109,6 +109,10 @@ _CONFLICTS = frozenset({"40P01", "40001", "26000"})
 _CONFLICT_RETRIES = 10
 
 
+#: seconds a new connection's first statement waits before a warning line says why: a session
+#: pooler (PgBouncer) with no server connection to spare keeps it waiting for one to free
+POOL_WAIT = 5.0
+
 #: set by a second signal: every connection of this process stops reconnecting (the crawl's and
 #: its fleet's: a process stops as one)
 _GIVING_UP = threading.Event()
@@ -229,7 +233,7 @@ class PostgresSql(SqlStore):
         while True:
             try:
                 conn = self._session_connection()
-                if first and _hands_sessions_on(conn, self._session_connection):
+                if first and _hands_sessions_on(self._backend(conn), self._session_connection):
                     conn.close()  # before any session setting, which it would hand on
                     raise StoreError(
                         f"{self.path} gives one session's server connection to another between "
@@ -263,6 +267,25 @@ class PostgresSql(SqlStore):
                             self.path, pause, one_line(exc))
                 _GIVING_UP.wait(pause)  # a second signal ends the wait
                 pause = min(pause * 2, 2.0)  # back within 2 s of the server
+
+    def _backend(self, conn: psycopg.Connection[Any]) -> str:
+        """The server process of a new connection, its first statement. A session pooler with
+        no server connection to spare keeps it waiting: one warning line says so after
+        POOL_WAIT seconds, and after retry_seconds the connection is given up (one line)."""
+        conn.pgconn.send_query(b"SELECT pg_backend_pid()")
+        pid = _answer(conn.pgconn, POOL_WAIT)
+        if pid is None:
+            log.warning("%s has given no server connection in %.0fs: waiting up to %.0fs more "
+                        "(a pooler's pool is full? each courtly worker keeps two in session "
+                        "mode)", self.path, POOL_WAIT, self.retry_seconds)
+            pid = _answer(conn.pgconn, self.retry_seconds)
+        if pid is None:
+            conn.close()
+            raise StoreError(
+                f"cannot connect to {self.path}: no server connection in "
+                f"{POOL_WAIT + self.retry_seconds:.0f}s (a pooler's pool is full? each courtly "
+                "worker keeps two in session mode: docs/distributed.md)")
+        return pid
 
     def _session_connection(self) -> psycopg.Connection[Any]:
         """A new connection to the server, before any session setting."""
@@ -955,31 +978,39 @@ def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _hands_sessions_on(conn: psycopg.Connection[Any],
-                       connect: Callable[[], psycopg.Connection[Any]]) -> bool:
-    """Whether another session gets the server connection this one used last: a pooler that
-    hands sessions on between transactions (PgBouncer's transaction or statement mode gives the
-    one just released, LIFO). Two sessions of a server are two backends while both are open.
-    A pooler with no server connection to spare keeps the second waiting: after a second, this
-    says False (a session pooler, or a full one; it cannot tell)."""
-    mine = conn.execute("SELECT pg_backend_pid()").fetchone()
+def _hands_sessions_on(mine: str, connect: Callable[[], psycopg.Connection[Any]]) -> bool:
+    """Whether another session gets the server connection `mine` (a backend's process id) was:
+    a pooler that hands sessions on between transactions (PgBouncer's transaction or statement
+    mode gives the one just released, LIFO). Two sessions of a server are two backends while
+    both are open. A pooler with no server connection to spare keeps the second waiting: after
+    a second, this says False (a session pooler, or a full one; it cannot tell)."""
     other = connect()
-    try:  # asked by hand (libpq), to wait no more than a second
-        pgconn = other.pgconn
-        pgconn.send_query(b"SELECT pg_backend_pid()")
-        deadline = time.monotonic() + 1.0
-        while True:
-            pgconn.consume_input()
-            if not pgconn.is_busy():
-                break
-            left = deadline - time.monotonic()
-            if left <= 0 or not wait_for(pgconn.socket, select.POLLIN, left):
-                return False
-        result = pgconn.get_result()
-        theirs = None if result is None or result.ntuples != 1 else result.get_value(0, 0)
+    try:
+        other.pgconn.send_query(b"SELECT pg_backend_pid()")
+        return _answer(other.pgconn, 1.0) == mine
     finally:
         other.close()
-    return mine is not None and theirs is not None and str(mine[0]) == theirs.decode()
+
+
+def _answer(pgconn: Any, seconds: float) -> str | None:
+    """The one value the statement sent on this connection answers (asked by hand, libpq: to
+    wait no more than `seconds`), or None when it has not answered by then (still waiting)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        pgconn.consume_input()
+        if not pgconn.is_busy():
+            break
+        left = deadline - time.monotonic()
+        if left <= 0 or not wait_for(pgconn.socket, select.POLLIN, left):
+            return None
+    result = pgconn.get_result()
+    while pgconn.get_result() is not None:  # the connection is psycopg's again
+        pass
+    if result is None or result.status != psycopg.pq.ExecStatus.TUPLES_OK:  # a pooler's error
+        why = b"no answer" if result is None else result.error_message
+        raise psycopg.OperationalError(why.decode(errors="replace"))
+    value = result.get_value(0, 0) if result.ntuples == 1 else None
+    return None if value is None else value.decode()
 
 
 def _unknown_part(origin: str) -> int:
