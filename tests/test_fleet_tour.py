@@ -110,3 +110,19 @@ def test_a_full_poolers_wait_is_named_in_one_line(pg_url: PgUrl) -> None:
     lines = [line for line in err.splitlines() if "no server connection" in line]
     assert len(lines) == 1 and "pool is full?" in lines[0], err
     assert "1 new crawl candidates" in out
+
+
+def test_stats_names_each_worker_whole_on_a_narrow_terminal(
+        serve, pg_url: PgUrl, tmp_path: Path) -> None:
+    """`courtly stats` on 80 columns cut the workers' ids (`vm:14462:…`): not one could be
+    matched with the log lines that name workers by their id."""
+    site = serve({"a": {"/": Page(html("A", []))}})
+    assert courtly("add-seeds", site.url("a"), "--db", pg_url).status == 0
+    crawling = worker(pg_url, fleet_toml(tmp_path / "fleet.toml"))
+    _, err = crawling.communicate(timeout=60)
+    assert crawling.returncode == 0, err
+    (ident,) = [r["id"] for r in rows(pg_url, "SELECT id FROM workers")]
+    stats = courtly_process("stats", "--db", pg_url, env={"COLUMNS": "80"})
+    out, err = stats.communicate(timeout=60)
+    assert stats.returncode == 0, err
+    assert ident in out, out

@@ -441,7 +441,9 @@ def print_fleet(fleet: dict[str, Any]) -> None:
     table = Table(title="workers", title_justify="left")
     for column in ("worker", "state", "leases", "actions", "pages/s", "pages/s (last min)",
                    "heartbeat age"):
-        table.add_column(column, justify="left" if column in ("worker", "state") else "right")
+        # a worker's id whole, however narrow the terminal: log lines name workers by it
+        table.add_column(column, justify="left" if column in ("worker", "state") else "right",
+                         no_wrap=column == "worker")
     for w in fleet["workers"]:
         table.add_row(w["worker"], w["state"], str(w["leases"]), str(w["actions"]),
                       f"{w['rate']:.2f}", f"{w['rate_last_minute']:.2f}",
