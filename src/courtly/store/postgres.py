@@ -233,7 +233,8 @@ class PostgresSql(SqlStore):
         while True:
             try:
                 conn = self._session_connection()
-                if first and _hands_sessions_on(self._backend(conn), self._session_connection):
+                if first and _hands_sessions_on(_backend(conn, self.path, self.retry_seconds),
+                                                self._session_connection):
                     conn.close()  # before any session setting, which it would hand on
                     raise StoreError(
                         f"{self.path} gives one session's server connection to another between "
@@ -267,25 +268,6 @@ class PostgresSql(SqlStore):
                             self.path, pause, one_line(exc))
                 _GIVING_UP.wait(pause)  # a second signal ends the wait
                 pause = min(pause * 2, 2.0)  # back within 2 s of the server
-
-    def _backend(self, conn: psycopg.Connection[Any]) -> str:
-        """The server process of a new connection, its first statement. A session pooler with
-        no server connection to spare keeps it waiting: one warning line says so after
-        POOL_WAIT seconds, and after retry_seconds the connection is given up (one line)."""
-        conn.pgconn.send_query(b"SELECT pg_backend_pid()")
-        pid = _answer(conn.pgconn, POOL_WAIT)
-        if pid is None:
-            log.warning("%s has given no server connection in %.0fs: waiting up to %.0fs more "
-                        "(a pooler's pool is full? each courtly worker keeps two in session "
-                        "mode)", self.path, POOL_WAIT, self.retry_seconds)
-            pid = _answer(conn.pgconn, self.retry_seconds)
-        if pid is None:
-            conn.close()
-            raise StoreError(
-                f"cannot connect to {self.path}: no server connection in "
-                f"{POOL_WAIT + self.retry_seconds:.0f}s (a pooler's pool is full? each courtly "
-                "worker keeps two in session mode: docs/distributed.md)")
-        return pid
 
     def _session_connection(self) -> psycopg.Connection[Any]:
         """A new connection to the server, before any session setting."""
@@ -976,6 +958,26 @@ def _array(items: Iterable[str]) -> str:
 def _quoted(text: str) -> str:
     """An array literal's element: any text, quoted."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _backend(conn: psycopg.Connection[Any], path: str, retry_seconds: float) -> str:
+    """The server process of a new connection, its first statement. A session pooler with no
+    server connection to spare keeps it waiting: one warning line says so after POOL_WAIT
+    seconds, and after retry_seconds more the connection is given up (one line)."""
+    conn.pgconn.send_query(b"SELECT pg_backend_pid()")
+    pid = _answer(conn.pgconn, POOL_WAIT)
+    if pid is None:
+        log.warning("%s has given no server connection in %.0fs: waiting up to %.0fs more "
+                    "(a pooler's pool is full? each courtly worker keeps two in session mode)",
+                    path, POOL_WAIT, retry_seconds)
+        pid = _answer(conn.pgconn, retry_seconds)
+    if pid is None:
+        conn.close()
+        raise StoreError(
+            f"cannot connect to {path}: no server connection in {POOL_WAIT + retry_seconds:.0f}s"
+            " (a pooler's pool is full? each courtly worker keeps two in session mode: "
+            "docs/distributed.md)")
+    return pid
 
 
 def _hands_sessions_on(mine: str, connect: Callable[[], psycopg.Connection[Any]]) -> bool:
