@@ -126,3 +126,24 @@ def test_stats_names_each_worker_whole_on_a_narrow_terminal(
     out, err = stats.communicate(timeout=60)
     assert stats.returncode == 0, err
     assert ident in out, out
+
+
+def test_a_full_disk_on_postgresql_is_one_line(serve, pg_url: PgUrl) -> None:
+    """PostgreSQL out of disk (SQLSTATE 53100, raised by a trigger once 5 pages are logged): the
+    worker said it twice, a logged `ERROR database error: …` and then the `courtly: …` line."""
+    site = serve({"a": {"/": Page(html("Home", [f"/p{i}" for i in range(20)]))}
+                  | {f"/p{i}": Page(html(f"P{i}", [])) for i in range(20)}})
+    assert courtly("add-seeds", site.url("a"), "--db", pg_url).status == 0
+    schema = pg_url.partition("schema=")[2].partition("&")[0]
+    with psycopg.connect(pg_url.partition("?")[0], autocommit=True) as conn:
+        conn.execute(f"CREATE FUNCTION {schema}.no_room() RETURNS trigger AS $$ BEGIN IF (SELECT "
+                     f"count(*) FROM {schema}.crawl_log) >= 5 THEN RAISE EXCEPTION 'could not "
+                     "extend file: No space left on device' USING ERRCODE = '53100'; END IF; "
+                     "RETURN NEW; END $$ LANGUAGE plpgsql")
+        conn.execute(f"CREATE TRIGGER no_room BEFORE INSERT ON {schema}.crawl_log FOR EACH ROW "
+                     f"EXECUTE FUNCTION {schema}.no_room()")
+    proc = courtly_process("worker", "--db", pg_url, "--min-delay", "0", "--progress", "off")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    [line] = [line for line in err.splitlines() if "No space left" in line]
+    assert line.startswith("courtly: disk full on postgresql://"), err

@@ -252,8 +252,7 @@ class DatabaseThread:
 
     def _fail(self, exc: StoreError) -> None:
         if self.failed is None:
-            self.failed = exc
-            log.error("database error: %s", exc)
+            self.failed = exc  # told to every caller, and to on_failure: not logged (one line)
             if self.on_failure is not None:
                 self.on_failure(exc)
 
