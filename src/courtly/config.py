@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -348,6 +349,22 @@ def _first_error(exc: ValidationError) -> str:
     return f"{key}: {msg}"
 
 
+#: top-level keys that set a key of a section (the flags' names): a file may set one or the other
+SHORTHANDS = {"min_delay": ("politeness", "min_delay"), "obey_robots": ("robots", "obey")}
+
+
+def _one_of_each_shorthand(data: dict[str, Any], path: str) -> None:
+    """Refuse a file that sets a shorthand and its section's key to different values (before,
+    the shorthand won without a word)."""
+    for short, (section, name) in SHORTHANDS.items():
+        part = data.get(section)
+        if short in data and isinstance(part, dict) and name in part \
+                and part[name] != data[short]:
+            given = [json.dumps(value, default=str) for value in (data[short], part[name])]
+            raise ConfigError(f"{path}: {short} = {given[0]} and {section}.{name} = {given[1]} "
+                              "both set it: keep one")
+
+
 def load_config(path: str | None, overrides: dict[str, Any]) -> CrawlConfig:
     """Read the TOML file (if any), apply CLI overrides (None values ignored), validate."""
     data: dict[str, Any] = {}
@@ -360,6 +377,7 @@ def load_config(path: str | None, overrides: dict[str, Any]) -> CrawlConfig:
             raise ConfigError(f"cannot read config file {path}: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        _one_of_each_shorthand(data, path)
     for key, value in overrides.items():
         if value is None or value == () or value == []:
             continue

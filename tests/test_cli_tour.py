@@ -1,0 +1,43 @@
+"""The command line as a new user meets it: config files, environment, seeds, two crawls at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Run, courtly
+
+SEED = "http://127.0.0.1:1/"
+
+
+def one_line(run: Run, status: int, *words: str) -> None:
+    """The run failed with this status and one `courtly: ...` line containing the words."""
+    lines = run.err.strip().splitlines()
+    assert run.status == status and len(lines) == 1, run.err
+    assert lines[0].startswith("courtly: "), run.err
+    for word in words:
+        assert word in lines[0], (word, run.err)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("toml", "said"), [
+    ("min_delay = 2\n[politeness]\nmin_delay = 1\n",
+     "min_delay = 2 and politeness.min_delay = 1 both set it: keep one"),
+    ("obey_robots = false\n[robots]\nobey = true\n",
+     "obey_robots = false and robots.obey = true both set it: keep one"),
+])
+def test_a_config_that_sets_a_key_twice_is_refused(toml: str, said: str, tmp_path: Path) -> None:
+    """The top-level shorthand won without a word: a file asking for a 1 s delay crawled at 2 s,
+    one saying `obey = true` ignored robots.txt."""
+    config = write(tmp_path / "crawl.toml", toml)
+    for command in ("crawl", "add-seeds"):
+        one_line(courtly(command, SEED, "--db", tmp_path / "c.db", "--config", config), 2,
+                 f"{config}: {said}")
+    assert not (tmp_path / "c.db").exists()
+    same = write(tmp_path / "same.toml", "min_delay = 1\n[politeness]\nmin_delay = 1.0\n")
+    assert courtly("add-seeds", SEED, "--db", tmp_path / "c.db", "--config", same).status == 0
