@@ -41,3 +41,16 @@ def test_a_config_that_sets_a_key_twice_is_refused(toml: str, said: str, tmp_pat
     assert not (tmp_path / "c.db").exists()
     same = write(tmp_path / "same.toml", "min_delay = 1\n[politeness]\nmin_delay = 1.0\n")
     assert courtly("add-seeds", SEED, "--db", tmp_path / "c.db", "--config", same).status == 0
+
+
+@pytest.mark.parametrize("content", [None, "not a certificate\n"])
+def test_an_ssl_cert_file_that_does_not_load_is_one_line(
+        content: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenSSL skips an SSL_CERT_FILE it cannot load: the crawl ran, and every HTTPS site failed
+    its certificate check (robots.txt unavailable, the origin given up), exit status 0."""
+    bundle = tmp_path / "ca.pem"
+    if content is not None:
+        bundle.write_text(content)
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    run = courtly("crawl", "https://127.0.0.1:9/", "--db", tmp_path / "c.db", "--progress", "off")
+    one_line(run, 2, f"SSL_CERT_FILE: cannot load CA certificates from {bundle}")

@@ -301,12 +301,15 @@ def check_surroundings(config: CrawlConfig) -> None:
         Proxies.from_environment(os.environ, config.proxy)
     except ValueError as exc:
         fail(str(exc))
-    if config.ca_bundle is not None:
+    # the key replaces the system's CAs, else SSL_CERT_FILE does (which OpenSSL skips quietly
+    # when it cannot load it: every HTTPS site then failed its certificate check)
+    source, cafile = (("ca_bundle", config.ca_bundle) if config.ca_bundle is not None
+                      else ("SSL_CERT_FILE", os.environ.get("SSL_CERT_FILE")))
+    if cafile:
         try:
-            ssl.create_default_context(cafile=config.ca_bundle)
+            ssl.create_default_context(cafile=cafile)
         except (OSError, ssl.SSLError) as exc:
-            fail(f"ca_bundle: cannot load CA certificates from {config.ca_bundle}: "
-                 f"{exc.strerror or exc}")
+            fail(f"{source}: cannot load CA certificates from {cafile}: {exc.strerror or exc}")
     if config.warc.dir is not None:
         try:
             Path(config.warc.dir).mkdir(parents=True, exist_ok=True)
