@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Run, courtly
+from courtly.site import Page, html
+from tests.conftest import Run, candidates, courtly, courtly_process
 
 SEED = "http://127.0.0.1:1/"
 
@@ -54,3 +57,24 @@ def test_an_ssl_cert_file_that_does_not_load_is_one_line(
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
     run = courtly("crawl", "https://127.0.0.1:9/", "--db", tmp_path / "c.db", "--progress", "off")
     one_line(run, 2, f"SSL_CERT_FILE: cannot load CA certificates from {bundle}")
+
+
+def test_a_refused_second_crawl_leaves_its_seeds_out(serve, tmp_path: Path) -> None:
+    """The second `crawl` on a file said "another courtly crawl is running", yet had written its
+    seeds and their origins into the database first."""
+    db = tmp_path / "c.db"
+    site = serve({"a": {"/": Page(html("Home", [f"/p{i}" for i in range(40)])),
+                        **{f"/p{i}": Page(html(f"p{i}", [])) for i in range(40)}}})
+    first = courtly_process("crawl", site.url("a"), "--db", db, "--min-delay", "0.2",
+                            "--progress", "off")
+    try:
+        deadline = time.monotonic() + 30
+        while not site.hits_for("a") and time.monotonic() < deadline:  # the first one is crawling
+            time.sleep(0.05)
+        second = courtly("crawl", SEED + "other", "--db", db, "--min-delay", "0")
+        one_line(second, 1, f"another courtly crawl is running on {db}")
+        assert SEED + "other" not in candidates(db)
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=30)
+    assert first.returncode == 0

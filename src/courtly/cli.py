@@ -21,7 +21,7 @@ import click
 from courtly.config import WARC_MAX_SIZE, ConfigError, CrawlConfig, load_config
 from courtly.errors import describe
 from courtly.store import Store, StoreError, open_store
-from courtly.store.sqlite import read_only
+from courtly.store.sqlite import SqliteStore, read_only
 
 if TYPE_CHECKING:
     from courtly.crawler import Crawler
@@ -264,6 +264,8 @@ def _crawl(store: Store, config: CrawlConfig, seeds: list[str], continuous: bool
     from courtly.strategy import StrategyError, load_strategy
 
     check_surroundings(config)
+    if isinstance(store, SqliteStore):  # a second crawl on the file stops before its seeds
+        store.claim()
     if seeds:
         inject_seeds(store, config, seeds)
     if not store.configured_origins() and not continuous:

@@ -52,7 +52,12 @@ class SqliteStore(SqlStore):
             raise StoreError(_explain(exc, path)) from None
 
     def begin_run(self) -> int:
-        """One crawl at a time on a database: a second would double every origin's request rate."""
+        self.claim()
+        return super().begin_run()
+
+    def claim(self) -> None:
+        """One crawl at a time on a database: a second would double every origin's request rate
+        (`courtly crawl` claims the file before it writes its seeds)."""
         if self._crawl_lock is None:
             fd = os.open(self.path, os.O_RDONLY)
             try:  # flock, not fcntl: SQLite's own fcntl locks on the file are not touched
@@ -62,7 +67,6 @@ class SqliteStore(SqlStore):
                 raise StoreError(f"another courtly crawl is running on {self.path} "
                                  "(one crawl at a time per database file)") from None
             self._crawl_lock = fd  # released when the store is closed, or by the kernel
-        return super().begin_run()
 
     def _x(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         try:
