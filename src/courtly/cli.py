@@ -203,9 +203,11 @@ def inject_seeds(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
         fail(str(exc))
     with strategy_hook(config.strategy, "read_seeds"):
         strategy.read_seeds(io.StringIO("\n".join(seeds)))
-    links = []
+    links, given = [], set(seeds)  # the seeds are normalized already (read_seeds)
     for item in strategy.take_scheduled():
-        url = normalize(item.request.url, None, config.normalize)
+        url = item.request.url
+        if url not in given:
+            url = normalize(url, None, config.normalize)
         if url is not None and not item.dont_queue:
             links.append(Link(url, origin_of(url), item.request.depth, item.score))
     with strategy_hook(config.strategy, "close"):
