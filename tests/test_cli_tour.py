@@ -78,3 +78,15 @@ def test_a_refused_second_crawl_leaves_its_seeds_out(serve, tmp_path: Path) -> N
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=30)
     assert first.returncode == 0
+
+
+def test_crawl_help_names_each_flags_default() -> None:
+    """`courtly crawl --help` named no default: where the crawl database goes, what 0 actions
+    means, how fast, how many origins at once were in the README only."""
+    run = courtly("crawl", "--help")
+    assert run.status == 0, run.err
+    text = " ".join(run.out.split())
+    for said in ("postgresql:// URL. [default: courtly.db]", "(0: no budget). [default: 0]",
+                 "origin. [default: 1.0]", "at once. [default: 32]", "[default: breadth-first]",
+                 "[default: auto]", "(# comments)"):
+        assert said in text, said

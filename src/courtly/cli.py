@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 
 import click
 
-from courtly.config import WARC_MAX_SIZE, ConfigError, CrawlConfig, load_config
+from courtly.config import WARC_MAX_SIZE, ConfigError, CrawlConfig, Politeness, load_config
 from courtly.errors import describe
 from courtly.store import Store, StoreError, open_store
 from courtly.store.sqlite import SqliteStore, read_only
@@ -37,10 +37,16 @@ def fail(message: str, status: int = 2) -> NoReturn:
     sys.exit(status)
 
 
+def default(key: str) -> Any:
+    """A configuration key's default, for a flag's help (the flags default to the config's)."""
+    return CrawlConfig.model_fields[key].default
+
+
 def db_option(func: F) -> F:
     """--db, shared by every command."""
     return click.option(
-        "--db", default=None, help="Crawl database: a file path or a postgresql:// URL."
+        "--db", default=None, help="Crawl database: a file path or a postgresql:// URL.  "
+        f"[default: {default('db')}]"
     )(func)
 
 
@@ -49,9 +55,12 @@ def config_options(func: F) -> F:
     options = [
         click.option("--config", "config_path", type=click.Path(), help="TOML config file."),
         db_option,
-        click.option("--seeds-file", type=click.Path(), help="File with one seed URL per line."),
-        click.option("--user-agent", help="User-Agent header (its product token is ours)."),
-        click.option("--strategy", help="Built-in strategy name or module:Class."),
+        click.option("--seeds-file", type=click.Path(),
+                     help="File with one seed URL per line (# comments)."),
+        click.option("--user-agent", help="User-Agent header (its product token is what "
+                     f"robots.txt groups match).  [default: {default('user_agent')}]"),
+        click.option("--strategy", help="Built-in strategy name or module:Class.  "
+                     f"[default: {default('strategy')}]"),
     ]
     for option in reversed(options):
         func = option(func)
@@ -61,17 +70,18 @@ def config_options(func: F) -> F:
 def crawl_options(func: F) -> F:
     """The options of a crawl run, shared by `crawl` and `worker`."""
     options = [
-        click.option("--max-actions", type=int, help="Stop after this many crawl actions."),
-        click.option(
-            "--min-delay", type=float, help="Minimum seconds between requests to one origin."
-        ),
-        click.option("--concurrency", type=int, help="Origins crawled at once."),
+        click.option("--max-actions", type=int, help="Stop after this many crawl actions "
+                     f"(0: no budget).  [default: {default('max_actions')}]"),
+        click.option("--min-delay", type=float, help="Minimum seconds between requests to one "
+                     f"origin.  [default: {Politeness.model_fields['min_delay'].default}]"),
+        click.option("--concurrency", type=int, help="Origins crawled at once.  "
+                     f"[default: {default('concurrency')}]"),
         click.option(
             "--force-recrawl", is_flag=True, default=None, help="Make every known URL due now."
         ),
         click.option(
             "--progress", type=click.Choice(["auto", "live", "log", "off"]),
-            help="Progress display.",
+            help=f"Progress display.  [default: {default('progress')}]",
         ),
         click.option("--warc", "warc_dir", type=click.Path(file_okay=False),
                      help="Write the kept pages as WARC files (and their CDXJ index) here."),
