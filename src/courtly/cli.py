@@ -215,9 +215,8 @@ def inject_seeds(store: Store, config: CrawlConfig, seeds: list[str]) -> int:
         strategy.read_seeds(io.StringIO("\n".join(seeds)))
     links, given = [], set(seeds)  # the seeds are normalized already (read_seeds)
     for item in strategy.take_scheduled():
-        url = item.request.url
-        if url not in given:
-            url = normalize(url, None, config.normalize)
+        given_url = item.request.url
+        url = given_url if given_url in given else normalize(given_url, None, config.normalize)
         if url is not None and not item.dont_queue:
             links.append(Link(url, origin_of(url), item.request.depth, item.score))
     with strategy_hook(config.strategy, "close"):
