@@ -90,3 +90,12 @@ def test_crawl_help_names_each_flags_default() -> None:
                  "origin. [default: 1.0]", "at once. [default: 32]", "[default: breadth-first]",
                  "[default: auto]", "(# comments)"):
         assert said in text, said
+
+
+def test_a_database_in_a_missing_directory_is_named_so(tmp_path: Path) -> None:
+    """SQLite's "unable to open database file" was all a user read of a typo in --db's folder."""
+    db = tmp_path / "missing" / "c.db"
+    for command in ("crawl", "add-seeds"):
+        one_line(courtly(command, SEED, "--db", db), 1,
+                 f"cannot create database {db}: no directory {db.parent}")
+    assert not db.parent.exists()

@@ -36,6 +36,8 @@ class SqliteStore(SqlStore):
         self.path = path
         if Path(path).is_dir():
             raise StoreError(f"database path is a directory: {path}")
+        if not Path(path).parent.is_dir():  # SQLite: "unable to open database file"
+            raise StoreError(f"cannot create database {path}: no directory {Path(path).parent}")
         try:
             self._db = sqlite3.connect(path, timeout=5.0, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
