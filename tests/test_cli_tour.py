@@ -99,3 +99,18 @@ def test_a_database_in_a_missing_directory_is_named_so(tmp_path: Path) -> None:
         one_line(courtly(command, SEED, "--db", db), 1,
                  f"cannot create database {db}: no directory {db.parent}")
     assert not db.parent.exists()
+
+
+def test_a_bad_seed_in_a_seeds_file_is_named_with_its_line(tmp_path: Path) -> None:
+    """In a file of 100,000 seeds, the one bad seed was named without its file and line."""
+    lines = [f"http://127.0.0.1:1/p{i}" for i in range(100_000)]
+    lines[50_000:50_000] = ["htp://127.0.0.1:1/typo", "http://a..b/"]
+    seeds = write(tmp_path / "seeds.txt", "\r\n".join(lines) + "\r\n")
+    one_line(courtly("add-seeds", "--seeds-file", seeds, "--db", tmp_path / "c.db"), 2,
+             f"seeds file {seeds}, line 50001: invalid seed URL (need an absolute http or https "
+             "URL): 'htp://127.0.0.1:1/typo'")
+    del lines[50_000]
+    write(seeds, "\n".join(lines))
+    one_line(courtly("crawl", "--seeds-file", seeds, "--db", tmp_path / "c.db"), 2,
+             f"seeds file {seeds}, line 50001: invalid seed URL (its host name has an empty label)")
+    assert not (tmp_path / "c.db").exists()

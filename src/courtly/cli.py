@@ -106,40 +106,47 @@ def build_config(config_path: str | None, **flags: Any) -> CrawlConfig:
 
 
 def read_seeds(config: CrawlConfig) -> list[str]:
-    """Seeds from the config/flags and --seeds-file, validated and normalized."""
+    """Seeds from the config/flags and --seeds-file, validated and normalized; a seed that
+    cannot be crawled is one line naming it (and its line in the seeds file)."""
     from courtly.urls import has_userinfo, host_name_fault, host_of, normalize
 
-    raw = list(config.seeds)
+    given = [("", seed) for seed in config.seeds]
     if config.seeds_file:
-        try:
-            text = Path(config.seeds_file).read_text(encoding="utf-8-sig",
-                                                     errors="surrogateescape")
-        except OSError as exc:
-            fail(f"cannot read seeds file {config.seeds_file}: {exc.strerror}")
-        # a line's first word is its URL (a URL has no spaces: the rest is a note); # is a comment
-        for number, line in enumerate(text.splitlines(), 1):
-            words = line.split()
-            if not words or words[0].startswith("#"):
-                continue
-            try:  # bytes that are not UTF-8 (a Latin-1 file): refused, not guessed at
-                words[0].encode()
-            except UnicodeEncodeError:
-                shown = words[0].encode(errors="surrogateescape")
-                fail(f"seeds file {config.seeds_file}, line {number}: not UTF-8 text: "
-                     f"{shown[:80]!r}{'…' if len(shown) > 80 else ''}")
-            raw.append(words[0])
+        given += seeds_in_file(config.seeds_file)
     seeds = []
-    for seed in raw:
+    for where, seed in given:
         url = normalize(seed, None, config.normalize)
         if url is None:
-            fail(f"invalid seed URL (need an absolute http or https URL): {seed!r}")
+            fail(f"{where}invalid seed URL (need an absolute http or https URL): {seed!r}")
         if has_userinfo(seed):  # shown without them: an error line may end up in a log
-            fail(f"invalid seed URL (a user name or password in it: courtly sends no "
+            fail(f"{where}invalid seed URL (a user name or password in it: courtly sends no "
                  f"credentials and keeps none; give the URL without them): {url!r}")
         if (fault := host_name_fault(host_of(url))) is not None:
-            fail(f"invalid seed URL ({fault}): {seed!r}")
+            fail(f"{where}invalid seed URL ({fault}): {seed!r}")
         seeds.append(url)
     return seeds
+
+
+def seeds_in_file(path: str) -> list[tuple[str, str]]:
+    """The seeds of a seeds file, each after where it is ("seeds file F, line N: ")."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig", errors="surrogateescape")
+    except OSError as exc:
+        fail(f"cannot read seeds file {path}: {exc.strerror}")
+    found = []
+    # a line's first word is its URL (a URL has no spaces: the rest is a note); # is a comment
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        where = f"seeds file {path}, line {number}: "
+        try:  # bytes that are not UTF-8 (a Latin-1 file): refused, not guessed at
+            words[0].encode()
+        except UnicodeEncodeError:
+            shown = words[0].encode(errors="surrogateescape")
+            fail(f"{where}not UTF-8 text: {shown[:80]!r}{'…' if len(shown) > 80 else ''}")
+        found.append((where, words[0]))
+    return found
 
 
 def shown(db: str) -> str:
