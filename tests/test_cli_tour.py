@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import signal
-import time
 from pathlib import Path
 
 import pytest
 
-from courtly.site import Page, html
-from tests.conftest import Run, candidates, courtly, courtly_process
-
-SEED = "http://127.0.0.1:1/"
-
-
-def one_line(run: Run, status: int, *words: str) -> None:
-    """The run failed with this status and one `courtly: ...` line containing the words."""
-    lines = run.err.strip().splitlines()
-    assert run.status == status and len(lines) == 1, run.err
-    assert lines[0].startswith("courtly: "), run.err
-    for word in words:
-        assert word in lines[0], (word, run.err)
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
+from courtly.store.sqlite import SqliteStore
+from tests.conftest import candidates, courtly
+from tests.test_bad_input import SEED, one_line, write
 
 
 @pytest.mark.parametrize(("toml", "said"), [
@@ -59,25 +42,19 @@ def test_an_ssl_cert_file_that_does_not_load_is_one_line(
     one_line(run, 2, f"SSL_CERT_FILE: cannot load CA certificates from {bundle}")
 
 
-def test_a_refused_second_crawl_leaves_its_seeds_out(serve, tmp_path: Path) -> None:
+def test_a_refused_second_crawl_leaves_its_seeds_out(tmp_path: Path) -> None:
     """The second `crawl` on a file said "another courtly crawl is running", yet had written its
     seeds and their origins into the database first."""
     db = tmp_path / "c.db"
-    site = serve({"a": {"/": Page(html("Home", [f"/p{i}" for i in range(40)])),
-                        **{f"/p{i}": Page(html(f"p{i}", [])) for i in range(40)}}})
-    first = courtly_process("crawl", site.url("a"), "--db", db, "--min-delay", "0.2",
-                            "--progress", "off")
+    first = SqliteStore(str(db))
+    first.begin_run()  # what a running crawl holds
     try:
-        deadline = time.monotonic() + 30
-        while not site.hits_for("a") and time.monotonic() < deadline:  # the first one is crawling
-            time.sleep(0.05)
         second = courtly("crawl", SEED + "other", "--db", db, "--min-delay", "0")
         one_line(second, 1, f"another courtly crawl is running on {db}")
-        assert SEED + "other" not in candidates(db)
+        assert first.configured_origins() == []
     finally:
-        first.send_signal(signal.SIGINT)
-        first.communicate(timeout=30)
-    assert first.returncode == 0
+        first.close()
+    assert candidates(db) == {}
 
 
 def test_crawl_help_names_each_flags_default() -> None:
