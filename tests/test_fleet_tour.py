@@ -112,6 +112,23 @@ def test_a_full_poolers_wait_is_named_in_one_line(pg_url: PgUrl) -> None:
     assert "1 new crawl candidates" in out
 
 
+def test_reconnect_seconds_bounds_the_wait_for_a_full_pooler(pg_url: PgUrl, tmp_path: Path
+                                                            ) -> None:
+    """`[fleet] reconnect_seconds = 2` was read only once the crawl began: the first connection
+    waited the default 60 s more for a full pooler. Now it gives up after 5 + 2 s."""
+    base, _, schema = pg_url.partition("?")
+    config = fleet_toml(tmp_path / "fleet.toml", "reconnect_seconds = 2\n")
+    with pgbouncer(base, "session", pool_size=1) as bouncer, psycopg.connect(
+            bouncer, autocommit=True) as held:
+        held.execute("SELECT 1")  # it keeps the one server connection: the pool is full
+        run = courtly_process("add-seeds", "http://127.0.0.1:9/", "--config", config,
+                              "--db", f"{bouncer}?{schema}")
+        _, err = run.communicate(timeout=30)
+    assert run.returncode == 1, err
+    assert err.splitlines()[-1].startswith("courtly: cannot connect to "), err
+    assert "no server connection in 7s" in err
+
+
 def test_stats_names_each_worker_whole_on_a_narrow_terminal(
         serve, pg_url: PgUrl, tmp_path: Path) -> None:
     """`courtly stats` on 80 columns cut the workers' ids (`vm:14462:…`): not one could be

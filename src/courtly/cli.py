@@ -182,8 +182,10 @@ def sqlite_tables(db: str) -> set[str] | None:
 
 
 @contextmanager
-def crawl_db(db: str, must_exist: bool = False) -> Iterator[Store]:
-    """The open crawl database; a database failure is one line and exit status 1.
+def crawl_db(db: str, must_exist: bool = False, config: CrawlConfig | None = None
+             ) -> Iterator[Store]:
+    """The open crawl database (PostgreSQL: waited for up to the config's `[fleet]
+    reconnect_seconds`); a database failure is one line and exit status 1.
 
     An SQLite file without courtly's tables is refused, not migrated: it may be another program's
     (an empty file may become a crawl database, unless the command only reads).
@@ -194,7 +196,7 @@ def crawl_db(db: str, must_exist: bool = False) -> Iterator[Store]:
     if tables is not None and "schema_version" not in tables and (tables or must_exist):
         fail(f"{db} is not a courtly crawl database")
     try:
-        store = open_store(db)
+        store = open_store(db, None if config is None else config.fleet.reconnect_seconds)
     except StoreError as exc:
         fail(str(exc), 1)
     try:
@@ -271,7 +273,7 @@ def crawl(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> None
     seed_urls = read_seeds(config)
     if not seed_urls and not db_exists(config.db):
         fail(f"no seeds given and no crawl database at {shown(config.db)} to resume")
-    with crawl_db(config.db) as store:
+    with crawl_db(config.db, config=config) as store:
         status = _crawl(store, config, seed_urls)
     sys.exit(status)
 
@@ -379,7 +381,7 @@ def worker(config_path: str | None, continuous: bool, **flags: Any) -> None:
     if "://" not in config.db:
         fail("courtly worker needs a shared database: --db postgresql://…")
     seed_urls = read_seeds(config)
-    with crawl_db(config.db) as store:
+    with crawl_db(config.db, config=config) as store:
         status = _crawl(store, config, seed_urls, continuous)
     sys.exit(status)
 
@@ -393,7 +395,7 @@ def add_seeds(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> 
     seed_urls = read_seeds(config)
     if not seed_urls:
         fail("no seeds given")
-    with crawl_db(config.db) as store:
+    with crawl_db(config.db, config=config) as store:
         added = inject_seeds(store, config, seed_urls)
     click.echo(f"{added} new crawl candidates from {len(seed_urls)} seeds in {shown(config.db)}")
 
