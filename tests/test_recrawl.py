@@ -165,6 +165,34 @@ def test_a_page_near_its_last_version_is_unchanged_and_its_interval_grows(
     assert b"token 2" in zstandard.ZstdDecompressor().decompress(bytes(stored))
 
 
+def drifting_site() -> dict[str, object]:
+    """A page whose text changes by 8 more of its 300 words on every visit (a few shingles: each
+    version is a near-duplicate of the one before)."""
+    def drifting(count: int) -> Page:
+        words = " ".join(f"new{i}" if i < 8 * count else f"word{i}" for i in range(300))
+        return Page(html("Drifting", [], body=words), headers={"Content-Type": HTML})
+
+    return {"/": Page(html("Home", ["/drifting"])), "/drifting": drifting}
+
+
+@pytest.mark.parametrize(
+    "db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+def test_a_page_drifting_by_small_edits_is_changed_once_far_from_its_last_changed_version(
+    serve, db: Path
+) -> None:
+    """Each visit is near the one before, but the 4th has drifted below dedup.min_similarity
+    from the first: changed (its interval shrinks), and the next visits are compared with it."""
+    site = serve({"a": drifting_site()})
+    a = site.origins["a"]
+    assert courtly("crawl", a + "/", "--db", db, "--min-delay", "0").status == 0
+    seen = [intervals(db, a)["/drifting"]]
+    for _ in range(5):
+        assert courtly("crawl", "--db", db, "--min-delay", "0", "--force-recrawl").status == 0
+        seen.append(intervals(db, a)["/drifting"])
+    assert seen == [7 * DAY, 10.5 * DAY, 15.75 * DAY, 23.625 * DAY, 11.8125 * DAY,
+                    17.71875 * DAY]
+
+
 def test_force_recrawl_and_time_offset_in_process(
     serve, db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
