@@ -282,9 +282,13 @@ class ContentReader:
         action.exit_code = ExitCode.OK
         dropped = self.links.sitemap(action, parsed.locs, parsed.is_index,
                                      dict(parsed.modified(action.started)))
-        not_followed = f", {dropped} not followed (out of scope or not http(s))"
-        action.detail = (f"{parsed.label}: {len(parsed.locs)} URLs" + not_followed * bool(dropped)
-                         + " (truncated)" * parsed.truncated)
+        notes = [f"{dropped} not followed (out of scope or not http(s))"] * bool(dropped)
+        if parsed.truncated:
+            notes.append(f"more than {self.config.limits.max_sitemap_entries} entries: the "
+                         "rest not read")
+        if parsed.cut_short:
+            notes.append("gzip cut short: read as far as it goes")
+        action.detail = ", ".join([f"{parsed.label}: {len(parsed.locs)} URLs", *notes])
 
 
 def _nothing() -> None:

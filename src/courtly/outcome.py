@@ -269,11 +269,11 @@ def set_cookies(head: bytes) -> str | None:
 def is_page(resp: HttpResponse) -> bool:
     """A 2xx HTML answer: `read` says Next.PAGE of it, whatever the origin's state (unless its
     Refresh header makes it a redirect). Without a Content-Type naming a type, the body's first
-    bytes say whether it is HTML (sniff.py)."""
+    bytes say whether it is HTML (sniff.py); a sitemap typed HTML is none (sitemaps.xml_head)."""
     if not 200 <= resp.status < 300:
         return False
     content_type = sniff.content_type(resp.headers.get("content-type"), resp.body)
-    return content_type.lower().startswith(_HTML_TYPES)
+    return content_type.lower().startswith(_HTML_TYPES) and not sitemaps.xml_head(resp.body)
 
 
 def too_many_redirects(limit: int) -> Reading:
