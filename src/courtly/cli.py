@@ -403,7 +403,8 @@ def add_seeds(seeds: tuple[str, ...], config_path: str | None, **flags: Any) -> 
 @main.command()
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "warc"]), default="jsonl",
-              help="jsonl or csv: one record per crawl candidate; warc: the stored pages.")
+              help="jsonl or csv: one record per crawl candidate; warc: the pages kept and "
+              "their revisits (every response: crawl --warc).")
 @click.option("--out", type=click.Path(), help="Output file (default: standard output).")
 @click.option("--warc", "warc_dir", type=click.Path(file_okay=False),
               help="With --format warc: rolling WARC files and their CDXJ index in this "
