@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import itertools
 from collections import Counter
@@ -12,7 +13,7 @@ import brotli
 
 from courtly.site import Page, html
 from tests.conftest import candidates, courtly, fetched_paths, robots, rows
-from tests.hostile_server import HostileServer, page, routes
+from tests.hostile_server import Conn, HostileServer, Request, page, routes
 
 BACKENDS = ("sqlite", "postgres")  # the `db` tests run on both (tests/conftest.py)
 
@@ -135,6 +136,28 @@ def test_budget_then_resume_crawls_each_page_once(serve, db: Path) -> None:
     # finished: a third run has nothing due
     third = courtly("crawl", "--db", db, "--min-delay", "0")
     assert third.status == 0 and len(fetched_paths(site, "a")) == 21
+
+
+def test_the_budget_counts_urls_taken_not_origins_still_reading_robots_txt(
+        serve, db: Path) -> None:
+    """--max-actions 5 with ten other origins whose robots.txt takes 2 s: every turn in flight
+    counted against the budget, so the crawl stopped at once, 'budget of 5 crawl actions spent.
+    0 actions'. Now the URLs taken count: five pages are crawled."""
+    pages = {"/": Page(html("Home", [f"/p{i}" for i in range(20)]))}
+    pages |= {f"/p{i}": Page(html(f"P{i}", ["/"])) for i in range(20)}
+    site = serve({"a": pages})
+
+    async def slow_robots(conn: Conn, req: Request) -> None:
+        await asyncio.sleep(2)
+        await conn.send(page("", "text/plain", "404 Not Found"))
+
+    slow = {f"s{i}": routes({"/robots.txt": slow_robots}) for i in range(10)}
+    with HostileServer(slow) as other:
+        run = courtly("crawl", site.url("a"), *[other.url(name) for name in slow], "--db", db,
+                      "--min-delay", "0", "--max-actions", "5")
+    assert run.status == 0, run.err
+    assert "budget of 5 crawl actions spent. 5 actions" in run.err
+    assert len(rows(db, "SELECT * FROM crawl_log")) == 5
 
 
 def test_encodings_and_charsets(serve, db: Path) -> None:

@@ -207,8 +207,6 @@ class Crawler:
     async def _next_candidate(self, crawler: OriginCrawler) -> Candidate | None:
         """The next URL to fetch: refill the todo list, log the ones policy or robots refuse."""
         while not self.turns.stopping:
-            if self._spent():
-                return None
             if not crawler.todo:  # its last URL recorded first: take_todo writes nothing
                 await self.turns.settled(crawler)
                 batch = todo_batch(crawler, self.strategy.todo_batch, self.config.politeness)
@@ -216,6 +214,8 @@ class Crawler:
                                                        self.steering.due_time())
                 if not crawler.todo:
                     return None
+            if self._spent(take=True):  # one of the budget, until its action is recorded
+                return None
             candidate = crawler.todo.pop(0)
             robots = await self.robots.judge(crawler, candidate, self.steering.policy)
             refused = outcome.refusal(candidate.url, candidate.depth, self.steering.policy,
@@ -227,9 +227,9 @@ class Crawler:
             await self._record(crawler, action)
         return None
 
-    def _spent(self) -> bool:
-        """Stop the crawl when --max-actions is used up (actions in flight count)."""
-        if (stop := self.stats.spent(self.config.max_actions)) is not None:
+    def _spent(self, take: bool = False) -> bool:
+        """Stop the crawl when --max-actions is used up (the URLs taken count)."""
+        if (stop := self.stats.spent(self.config.max_actions, take)) is not None:
             self.stop(stop)
         return stop is not None
 

@@ -78,6 +78,7 @@ class CrawlStats:
     origins_total: int = 0
     origins_finished: int = 0
     in_flight: int = 0
+    taken: int = 0  # URLs taken (--max-actions) whose action is not recorded yet
     stop: Stop | None = None
     #: origins finished for a reason other than having no work left: origin → the reason
     stopped_early: dict[str, str] = field(default_factory=dict)
@@ -104,17 +105,21 @@ class CrawlStats:
         """Why the crawl stopped, in one line ("" while it runs)."""
         return "" if self.stop is None else self.stop.text
 
-    def spent(self, budget: int) -> Stop | None:
-        """The stop of a crawl whose --max-actions `budget` is used up, asked by a turn: the
-        actions in flight count, but its own (None: not spent, or no budget)."""
-        if budget and self.actions + self.in_flight - 1 >= budget:
+    def spent(self, budget: int, take: bool = False) -> Stop | None:
+        """The stop of a crawl whose --max-actions `budget` is used up by the actions recorded
+        and the URLs taken and not yet recorded (None: not spent, or no budget); `take`: a turn
+        takes its next URL, one of the budget, when it is not. A turn still reading robots.txt
+        takes none: it may never make an action."""
+        if budget and self.actions + self.taken >= budget:
             return Stop(StopKind.BUDGET, f"budget of {budget} crawl actions spent")
+        self.taken += take
         return None
 
     def recorded(self, action: CrawlAction, budgeted: bool = True) -> None:
         """Count a crawl action the store has recorded (budgeted: it counts in --max-actions)."""
         code = str(action.exit_code)
         self.actions += budgeted
+        self.taken -= budgeted and self.taken > 0
         self.exit_codes[code] += 1
         self.origin_actions[action.origin] += 1
         if action.exit_code.is_error:
