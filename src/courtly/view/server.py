@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 #: the files of the page, served as they are (package data)
 STATIC = {"view.js": "text/javascript", "chart.js": "text/javascript", "view.css": "text/css",
           "index.html": "text/html"}
+#: seconds the server waits for answers under way when it stops (a client that reads none of them
+#: would hold the crawl's exit for aiohttp's 60 s a connection)
+SHUTDOWN_SECONDS = 1.0
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
        "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
@@ -125,7 +128,8 @@ def make_app(view: View, families: Callable[[], Awaitable[list[Any]]]) -> web.Ap
 
 async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, str]:
     """Serve the app on host:port; returns the runner and the page's URL."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                           shutdown_timeout=SHUTDOWN_SECONDS)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
