@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from courtly.model import ERRORS
 from courtly.site import LocalSite, Page, html
-from tests.conftest import courtly_process
-from tests.viewing import Served
+from tests.conftest import courtly_process, rows
+from tests.viewing import Served, chromium, screenshot
 
 
 def small_site(serve: Any, pages: int = 20) -> LocalSite:
@@ -43,3 +44,74 @@ def test_a_client_that_never_reads_does_not_hold_the_crawl_at_its_end(
     assert crawl.proc.returncode == 0
     assert took < 20, f"the crawl exited {took:.0f} s after the client stopped reading"
     assert "finished: no origin has work left" in crawl.stop()
+
+
+def three_origins(serve: Any) -> LocalSite:
+    """Two origins of 15 pages and one whose pages all fail: it is given up after its patience,
+    its other URLs logged ORIGIN_GIVEN_UP."""
+    sites = {name: {"/": Page(html(name, [f"/p{k}" for k in range(15)])),
+                    **{f"/p{k}": Page(html(f"{name} {k}", [], body=f"{name} page {k}"))
+                       for k in range(15)}} for name in ("alpha", "beta")}
+    sites["gamma"] = {"/": Page(html("gamma", [f"/down{k}" for k in range(20)])),
+                      **{f"/down{k}": Page("down", status=500) for k in range(20)}}
+    site: LocalSite = serve(sites)
+    return site
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def shown(page: Any, id: str) -> int:
+    return int(page.text_content(f"#{id}").replace(",", ""))
+
+
+def test_pages_left_open_show_the_end_of_a_crawl_its_true_counts_and_the_next_run(
+        serve: Any, tmp_path: Path) -> None:
+    """Before, the server went the moment the crawl ended: two pages watching it kept the
+    counts of their last refresh (fewer than the database's), said "cannot reach the crawl:
+    Failed to fetch" as for a crash, and asked five times every 2 s for ever; the crawl
+    actions card also left out the given-up origin's URLs that the crawl log and the exit
+    codes count."""
+    site = three_origins(serve)
+    db, port, config = tmp_path / "crawl.db", free_port(), tmp_path / "crawl.toml"
+    config.write_text("[politeness]\npatience = 2\n")
+    args = ["crawl", *(site.url(n) for n in site.origins), "--db", db, "--min-delay", "0.2",
+            "--progress", "off", "--serve", port, "--config", config]
+    with chromium() as browser:
+        tabs = [browser.new_page() for _ in range(2)]
+        asks: list[tuple[float, str]] = []
+        for tab in tabs:
+            tab.on("request", lambda r: asks.append((time.monotonic(), r.url)))
+        crawl = Served(courtly_process(*map(str, args)))
+        for tab in tabs:
+            tab.goto(crawl.wait_url())
+        assert crawl.proc.wait(90) == 0
+        ended = time.monotonic()
+        codes = ",".join("?" * len(ERRORS))
+        logged = rows(db, f"SELECT count(*) AS n, sum(exit_code IN ({codes})) AS errors "
+                          "FROM crawl_log", *map(str, ERRORS))[0]
+        assert rows(db, "SELECT count(*) AS n FROM crawl_log "
+                        "WHERE exit_code = 'ORIGIN_GIVEN_UP'")[0]["n"] > 0
+        for tab in tabs:
+            tab.wait_for_function("() => document.getElementById('notice').textContent"
+                                  ".includes('server is gone')", timeout=30_000)
+            notice = tab.text_content("#notice")
+            assert notice.startswith(
+                "the crawl has ended (finished: no origin has work left) and its server is gone")
+            assert tab.title() == "courtly: crawl ended"
+            assert (shown(tab, "total-actions"), shown(tab, "total-errors")) == (
+                logged["n"], logged["errors"])
+        screenshot(tabs[0], "view-tour-ended.png")
+        time.sleep(12)
+        late = [url for at, url in asks if at > ended + 6 and "/api/" in url]
+        assert len(late) <= 2 * 2 * 5, late  # two tabs, at most two asks of five in 10 s
+        # the next run on the same address: the pages follow it
+        crawl = Served(courtly_process(*map(str, args), "--force-recrawl", "--min-delay", "2"))
+        crawl.wait_url()
+        for tab in tabs:
+            tab.wait_for_function("() => document.getElementById('notice').hidden && "
+                                  "document.title === 'courtly: live crawl'", timeout=30_000)
+        crawl.stop()

@@ -9,6 +9,8 @@ own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +38,10 @@ FACTOR = 50.0
 #: the bin of its time, so a late sample shifts at most SAMPLE seconds of counts)
 SAMPLE = 0.5
 STEP = 2.0
+#: when the crawl ends, a page that asked for the summary in the last WATCHED seconds is answered
+#: LINGER seconds more, so that it shows the end (it asks every 2 s) before the server goes
+WATCHED = 10.0
+LINGER = 3.0
 
 
 class LiveCrawl(Protocol):
@@ -64,15 +70,35 @@ class LiveView:
         self._table = OriginTable([])
         self._table_at = -float("inf")
         self._table_took = 0.0
+        self._asked = -float("inf")
 
     async def run(self) -> None:
         """Add the crawl actions and requests since the last sample to the rate chart."""
         while True:
             await asyncio.sleep(SAMPLE)
-            stats = self.crawl.stats
-            actions, requests = stats.actions, stats.requests
+            actions, requests = self._actions(), self.crawl.stats.requests
             self.bins.add(clock.now(), actions - self._sampled[0], requests - self._sampled[1])
             self._sampled = (actions, requests)
+
+    async def linger(self) -> None:
+        """Answer a page that was watching a while more, so that it sees the crawl's end; a
+        signal (Ctrl-C) ends the wait."""
+        if time.monotonic() - self._asked > WATCHED:
+            return
+        loop, done = asyncio.get_running_loop(), asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, done.set)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), LINGER)
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    def _actions(self) -> int:
+        """Crawl actions recorded, the given-up origins' URLs (no --max-actions budget) too, as
+        the crawl log has them."""
+        return sum(self.crawl.stats.exit_codes.values())
 
     def close(self) -> None:
         """Stop the database thread and close its connection."""
@@ -89,12 +115,13 @@ class LiveView:
     async def summary(self) -> dict[str, Any]:
         """Totals and rates of this crawl process."""
         stats, now = self.crawl.stats, clock.now()
+        self._asked = time.monotonic()
         rates = self.bins.rate(now)
         origins = await self.origins()
         by_state = {state: n for state, n in origins.states.items() if n}
         return {
             "source": self.source, "db": self._db(), "worker": self.worker, "now": now,
-            "started": self.started, "latest": now, "actions": stats.actions,
+            "started": self.started, "latest": now, "actions": self._actions(),
             "requests": stats.requests, "errors": sum(stats.origin_errors.values()),
             "bytes": stats.response_bytes, "in_flight": stats.in_flight,
             "rate": {"actions": rates[0], "requests": rates[1]},

@@ -168,7 +168,9 @@ async def serve_crawl(crawler: Crawler, address: str) -> CrawlStats:
     sampler = asyncio.create_task(view.run())
     announce(url, "the crawl")
     try:
-        return await crawler.run()
+        stats = await crawler.run()
+        await view.linger()
+        return stats
     finally:
         sampler.cancel()
         await runner.cleanup()

@@ -2,10 +2,17 @@
 // Everything shown comes from the web (URLs, server messages): it is set with textContent only.
 "use strict";
 (function () {
-  const REFRESH_MS = 2000;
+  const REFRESH_MS = 2000;   // while the crawl answers; the next ask waits for the answers
+  const RETRY_MS = 10000;    // once the crawl has ended or its server is gone (a next run?)
+  const TIMEOUT_MS = 10000;  // an answer that takes longer: the server does not answer
   const C = window.courtlyChart;
   const sorting = { key: "errors", order: "desc" };
   let renders = 0;
+  let ended = "";            // why the live crawl ended, as its last summary said
+  let seen = null;           // the time of the last summary
+  let timer = null;
+  let busy = false;
+  let again = false;
 
   const $ = (id) => document.getElementById(id);
 
@@ -29,8 +36,12 @@
   }
 
   async function get(path) {
-    const response = await fetch(path, { cache: "no-store" });
-    if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+    const response = await fetch(path,
+      { cache: "no-store", signal: AbortSignal.timeout(TIMEOUT_MS) });
+    if (!response.ok) {
+      const answer = await response.json().catch(() => ({}));
+      throw new Error(`${path}: HTTP ${response.status}${answer.error ? `: ${answer.error}` : ""}`);
+    }
     return response.json();
   }
 
@@ -46,8 +57,11 @@
     setText("total-bytes", bytes(s.bytes));
     setText("in-flight", s.in_flight);
     setText("total-origins", s.origins.total);
+    ended = s.source === "live" ? s.stop_reason : "";
+    seen = s.now;
+    document.title = ended ? "courtly: crawl ended" : `courtly: ${where}`;
     const notes = [];
-    if (s.stop_reason) notes.push(`stopped: ${s.stop_reason}`);
+    if (ended) notes.push(`the crawl has ended: ${ended}`);
     if (s.reading) notes.push("reading the crawl log…");
     if (s.failure) notes.push(s.failure);
     $("notice").hidden = notes.length === 0;
@@ -120,7 +134,26 @@
     }
   }
 
+  // why the crawl did not answer, in words
+  function failure(err) {
+    const last = seen === null ? "" : ` (last answer at ${C.clock(seen)})`;
+    if (err.name === "TimeoutError") {
+      return `the crawl's server does not answer within ${TIMEOUT_MS / 1000} s${last}`;
+    }
+    if (err.name === "TypeError") {  // fetch's only word for a refused or reset connection
+      return `${ended ? `the crawl has ended (${ended}) and its` : "the crawl's"} server is ` +
+        `gone${last}; asking again every ${RETRY_MS / 1000} s for a next run at this address`;
+    }
+    return `the crawl's server answered ${err.message}`;
+  }
+
+  // one ask at a time: the next is timed from this one's answers, so a slow server is never
+  // asked again before it has answered
   async function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
+    clearTimeout(timer);
+    let wait = REFRESH_MS;
     try {
       const origins = `api/origins?sort=${encodeURIComponent(sorting.key)}` +
         `&order=${sorting.order}&limit=200`;
@@ -134,10 +167,16 @@
       drawWorkers(workers);
       renders += 1;
       document.body.dataset.renders = String(renders);
+      if (ended) wait = RETRY_MS;
     } catch (err) {
+      wait = RETRY_MS;
+      document.title = ended ? "courtly: crawl ended" : "courtly: no answer";
       $("notice").hidden = false;
-      $("notice").textContent = `cannot reach the crawl: ${err.message}`;
+      $("notice").textContent = failure(err);
     }
+    busy = false;
+    timer = setTimeout(refresh, again ? 0 : wait);
+    again = false;
   }
 
   for (const th of document.querySelectorAll("#origins th[data-key]")) {
@@ -150,5 +189,4 @@
     });
   }
   refresh();
-  setInterval(refresh, REFRESH_MS);
 })();
