@@ -3,6 +3,7 @@ that stalls, a client that never reads, a second run on the same port."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from pathlib import Path
@@ -10,8 +11,8 @@ from typing import Any
 
 from courtly.model import ERRORS
 from courtly.site import LocalSite, Page, html
-from tests.conftest import courtly_process, rows
-from tests.viewing import Served, chromium, screenshot
+from tests.conftest import courtly, courtly_process, rows
+from tests.viewing import Served, chromium, screenshot, serving
 
 
 def small_site(serve: Any, pages: int = 20) -> LocalSite:
@@ -115,3 +116,35 @@ def test_pages_left_open_show_the_end_of_a_crawl_its_true_counts_and_the_next_ru
             tab.wait_for_function("() => document.getElementById('notice').hidden && "
                                   "document.title === 'courtly: live crawl'", timeout=30_000)
         crawl.stop()
+
+
+def test_a_stalled_server_is_asked_once_at_a_time_and_said_so(
+        serve: Any, tmp_path: Path) -> None:
+    """Before, the page asked its five questions every 2 s whether or not the server had
+    answered the last ones (a stalled server got 25 more in 10 s, and all of them at once when
+    it woke), and said nothing while it waited. Without JavaScript the page says where the same
+    numbers are."""
+    site = small_site(serve, pages=3)
+    db = tmp_path / "crawl.db"
+    assert courtly("crawl", site.url("a"), "--db", db, "--progress", "off").status == 0
+    with chromium() as browser, serving("serve", "--db", db, "--port", "0") as view:
+        page = browser.new_page()
+        asks: list[float] = []
+        page.on("request", lambda r: asks.append(time.monotonic()) if "/api/" in r.url else None)
+        page.goto(view.url)
+        page.wait_for_function("() => Number(document.body.dataset.renders) >= 2")
+        view.proc.send_signal(signal.SIGSTOP)
+        stalled = time.monotonic()
+        try:
+            page.wait_for_function("() => document.getElementById('notice').textContent"
+                                   ".includes('does not answer within 10 s')", timeout=30_000)
+            assert len([at for at in asks if at > stalled]) <= 5
+        finally:
+            view.proc.send_signal(signal.SIGCONT)
+        page.wait_for_function("() => document.getElementById('notice').hidden",
+                               timeout=30_000)
+        assert shown(page, "total-actions") == 4
+        plain = browser.new_context(java_script_enabled=False).new_page()
+        plain.goto(view.url)
+        assert "JavaScript, which is off" in plain.inner_text("body")
+        assert plain.get_attribute("a[href='metrics']", "href") == "metrics"
