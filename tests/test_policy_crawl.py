@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from courtly.site import Page, html
-from tests.conftest import candidates, courtly, fetched_paths
+from tests.conftest import candidates, courtly, fetched_paths, rows
 
 
 def test_policies_and_traps_show_exit_codes_and_reasons(serve, db: Path, tmp_path: Path) -> None:
@@ -61,3 +61,17 @@ def test_max_pages_per_origin_finishes_the_origin_for_the_run(serve, db: Path,
     assert codes.count("OK") == 6 and codes.count("ORIGIN_GIVEN_UP") == 1
     [left] = [c for c in candidates(db).values() if c["exit_code"] == "ORIGIN_GIVEN_UP"]
     assert left["detail"] == "trap: max_pages_per_origin 3"
+
+
+def test_the_summary_counts_every_crawl_action_logged(serve, db: Path, tmp_path: Path) -> None:
+    """The last lines' "N actions" left out the URLs of an origin given up (ORIGIN_GIVEN_UP),
+    which the crawl log, the exit codes line and the live view count."""
+    site = serve({"a": {"/": Page(html("Home", [f"/p{i}" for i in range(6)])),
+                        **{f"/p{i}": Page(html(f"p{i}", [])) for i in range(6)}}})
+    config = tmp_path / "crawl.toml"
+    config.write_text("[traps]\nmax_pages_per_origin = 3\n")
+    run = courtly("crawl", site.url("a"), "--db", db, "--config", config, "--min-delay", "0")
+    assert run.status == 0, run.err
+    logged = len(rows(db, "SELECT id FROM crawl_log"))
+    assert logged > 3
+    assert f"{logged} actions (3 OK, 0 errors)" in run.err

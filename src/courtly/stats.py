@@ -71,7 +71,8 @@ class CrawlStats:
     """Live counters for progress display and the end-of-crawl summary."""
 
     started: float = field(default_factory=time.monotonic)
-    actions: int = 0
+    actions: int = 0  # crawl actions recorded: the crawl log's rows
+    budgeted: int = 0  # of them, those --max-actions counts (ORIGIN_GIVEN_UP: none)
     requests: int = 0
     errors: int = 0  # crawl actions whose exit code is an error (ExitCode.is_error)
     exit_codes: Counter[str] = field(default_factory=Counter)
@@ -110,7 +111,7 @@ class CrawlStats:
         and the URLs taken and not yet recorded (None: not spent, or no budget); `take`: a turn
         takes its next URL, one of the budget, when it is not. A turn still reading robots.txt
         takes none: it may never make an action."""
-        if budget and self.actions + self.taken >= budget:
+        if budget and self.budgeted + self.taken >= budget:
             return Stop(StopKind.BUDGET, f"budget of {budget} crawl actions spent")
         self.taken += take
         return None
@@ -118,7 +119,8 @@ class CrawlStats:
     def recorded(self, action: CrawlAction, budgeted: bool = True) -> None:
         """Count a crawl action the store has recorded (budgeted: it counts in --max-actions)."""
         code = str(action.exit_code)
-        self.actions += budgeted
+        self.actions += 1
+        self.budgeted += budgeted
         self.taken -= budgeted and self.taken > 0
         self.exit_codes[code] += 1
         self.origin_actions[action.origin] += 1
