@@ -126,6 +126,12 @@ class Normalize(_Section):
     remove_params: list[str] = Field(
         default_factory=lambda: [
             "utm_*", "gclid", "fbclid", "msclkid", "mc_cid", "mc_eid", "_ga", "yclid",
+            # click ids and campaign tags of ad, mail and analytics tools (Google, TikTok,
+            # X, LinkedIn, Instagram, HubSpot, Marketo, Matomo, Yandex, Openstat)
+            "gclsrc", "dclid", "gbraid", "wbraid", "srsltid", "_gl", "ttclid", "twclid",
+            "li_fat_id", "igshid", "_hsenc", "_hsmi", "__hstc", "__hssc", "__hsfp",
+            "hsctatracking", "mkt_tok", "mtm_*", "pk_campaign", "pk_kwd", "pk_source", "pk_medium",
+            "pk_content", "ysclid", "_openstat",
         ]
     )
     #: session parameters (query names, globs) removed from the query and, as ";name=value", from
