@@ -235,6 +235,9 @@ class Dedup(_Section):
     #: an exact duplicate's links are the original's (or a session-id trap's): not followed
     follow_links_of_exact_duplicates: bool = False
     follow_links_of_near_duplicates: bool = True
+    #: a near-duplicate whose path is deeper than its original's (a site answering every
+    #: unknown path with one page, whose relative links then nest for ever): links not followed
+    follow_links_of_deeper_near_duplicates: bool = False
 
 
 #: bytes after which a new WARC file begins (Heritrix's default)

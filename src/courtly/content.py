@@ -24,7 +24,7 @@ from courtly.robots_cache import matching
 from courtly.store.database import Database
 from courtly.strategy import CrawlingStrategy
 from courtly.strategy import Response as StrategyResponse
-from courtly.urls import Rules, origin_of
+from courtly.urls import Rules, origin_of, path_depth
 
 #: a canonical URL's last exit codes that keep the page naming it as its own: the crawl will
 #: never keep that URL (it is never fetched, or answered 4xx)
@@ -246,7 +246,7 @@ class ContentReader:
             if not rules.follow_links_of_exact_duplicates:
                 return
         elif rules.near and self._near_duplicate(action, page.near_signature, similar):
-            if not rules.follow_links_of_near_duplicates:
+            if not rules.follow_links_of_near_duplicates or self._nests(action):
                 return
         else:
             action.content, action.exchange = page.content, page.exchange
@@ -272,6 +272,16 @@ class ContentReader:
         action.exit_code = ExitCode.DUPLICATE_CONTENT
         action.duplicate_of, score = similar
         action.detail = f"near-duplicate: similarity {score:.2f}"
+        return True
+
+    def _nests(self, action: CrawlAction) -> bool:
+        """Whether a near-duplicate's path is deeper than its original's (a soft 404's relative
+        links nesting for ever, /a/b/ → /a/b/a/ → …): then its links are not followed."""
+        assert action.duplicate_of is not None
+        if (self.config.dedup.follow_links_of_deeper_near_duplicates
+                or path_depth(action.candidate.url) <= path_depth(action.duplicate_of)):
+            return False
+        action.detail = f"{action.detail}, deeper than its original: links not followed"
         return True
 
     def _sitemap(self, action: CrawlAction, resp: HttpResponse) -> None:

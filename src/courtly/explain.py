@@ -76,4 +76,6 @@ def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tupl
         lines.append(("database", f"{record['state']}, last exit code {record['exit_code']}, "
                                   f"HTTP {record['http_status']}, depth {record['depth']}, "
                                   f"next due {record['next_due']}"))
+        if record["detail"]:
+            lines.append(("detail", str(record["detail"])))
     return lines

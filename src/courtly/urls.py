@@ -41,6 +41,7 @@ __all__ = [
     "origin_of",
     "partition_key",
     "partition_of",
+    "path_depth",
     "registered_domain",
     "resolve",
     "split_authority",
@@ -380,6 +381,11 @@ def split_url(url: str) -> UrlParts:
     """A URL (or a reference) cut into its five parts as written, RFC 3986 appendix B: courtly's
     one URL splitter (no decoding, no checking; the path may be "")."""
     return _PARTS.match(url).groups()  # type: ignore[union-attr,return-value]  # always matches
+
+
+def path_depth(url: str) -> int:
+    """How many non-empty segments the URL's path has (`/a/b/` has 2)."""
+    return sum(1 for segment in split_url(url)[2].split("/") if segment)
 
 
 def split_target(url: str) -> tuple[str | None, str | None, str]:
