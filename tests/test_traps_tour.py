@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 
@@ -36,9 +37,34 @@ async def soft_404(conn: Conn, req: Request) -> None:
                          f"<h1>{text}</h1>{NAV}{old}</body></html>"))
 
 
+FACETS = {"brand": ["acme", "bolt", "core", "dune"], "color": ["red", "blue", "green", "grey"],
+          "material": ["wood", "steel", "glass", "stone"], "size": ["s", "m", "l", "xl"],
+          "sort": ["price", "name", "new"]}
+
+
+async def faceted(conn: Conn, req: Request) -> None:
+    """A shop's search: every page links each filter changed by one step (set, changed or
+    removed), so the 5 facets make 2,500 URLs of 19 values."""
+    chosen = dict(parse_qsl(urlsplit(req.path).query))
+    links = []
+    for name, values in FACETS.items():
+        for value in [*values, None]:
+            other = {k: v for k, v in chosen.items() if k != name} | (
+                {} if value is None else {name: value})
+            links.append("/shop?" + urlencode(sorted(other.items())) if other else "/shop")
+    await conn.send(link_page(links, f"the products of {req.path}"))
+
+
+async def articles(conn: Conn, req: Request) -> None:
+    """A Joomla site: every article is /index.php?option=com_content&view=article&id=N."""
+    await conn.send(link_page([f"/index.php?option=com_content&view=article&id={n}"
+                               for n in range(150)], f"the article at {req.path}"))
+
+
 @pytest.fixture
 def server() -> Iterator[HostileServer]:
-    with HostileServer({"tracked": tracked_links, "soft-404": soft_404}) as started:
+    with HostileServer({"tracked": tracked_links, "soft-404": soft_404, "faceted": faceted,
+                        "articles": articles}) as started:
         yield started
 
 
@@ -69,3 +95,34 @@ def test_a_soft_404_with_relative_links_costs_tens_of_requests(
     assert deep
     check = courtly("check", deep[0], "--db", db)
     assert "deeper than its original: links not followed" in check.out, check.out
+
+
+def test_a_faceted_search_costs_its_values_and_a_hundred_recombinations(
+    server: HostileServer, db: Path
+) -> None:
+    """Five filters of a shop's search, each page linking every one-step change: each set of
+    filters was a URL shape of its own found near the top, so no budget applied and the crawl
+    went on through all 2,500 combinations of 19 values. Now a path's URLs that only recombine
+    query values already seen there cost at most traps.max_query_recombinations (100)."""
+    run = courtly("crawl", server.url("faceted") + "shop", "--db", db, "--min-delay", "0",
+                  "--progress", "off", "--max-actions", "800")
+    assert run.status == 0, run.err
+    assert "finished: no origin has work left" in run.err
+    assert len(server.hits_for("faceted")) <= 250, len(server.hits_for("faceted"))
+    refused = [(url, c["detail"]) for url, c in candidates(db).items()
+               if c["exit_code"] == "BLOCKED_BY_TRAP_BUDGET"]
+    assert refused and refused[0][1].startswith(
+        "trap: max_query_recombinations 100 spent on /shop?brand={v}&color={v}&material={v}")
+    check = courtly("check", refused[0][0], "--db", db)
+    assert "(traps.max_query_recombinations), spent when this URL's turn came" in check.out
+
+
+def test_a_catalogue_of_ids_under_one_path_is_crawled_whole(server: HostileServer, db: Path
+                                                            ) -> None:
+    run = courtly("crawl", server.url("articles") + "index.php", "--db", db, "--min-delay", "0",
+                  "--progress", "off")
+    assert run.status == 0, run.err
+    fetched = {dict(parse_qsl(urlsplit(h.path).query)).get("id")
+               for h in server.hits_for("articles")}
+    assert fetched >= {str(n) for n in range(150)}, run.err
+    assert "BLOCKED_BY_TRAP_BUDGET" not in run.err

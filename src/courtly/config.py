@@ -187,6 +187,9 @@ class Traps(_Section):
     #: many
     max_actions_per_shape: int = Field(50, ge=0)
     shape_depth_slack: int = Field(2, ge=0)
+    #: URLs of one path an origin may spend in one run whose query (two parameters or more)
+    #: brings no value new to the path: a faceted search's filters and orders recombined
+    max_query_recombinations: int = Field(100, ge=0)
 
 
 class Recrawl(_Section):

@@ -50,14 +50,21 @@ def explain_url(url: str, config: CrawlConfig, store: Store | None) -> list[tupl
             robots_line = (f"unreachable at the last try ({state.robots_error}): the origin's "
                            "URLs wait until it answers")
     lines.append(("robots.txt", robots_line))
-    budget = config.traps.max_actions_per_shape
+    traps = config.traps
+    budget, recombinations = traps.max_actions_per_shape, traps.max_query_recombinations
     spent = record is not None and record["exit_code"] == ExitCode.BLOCKED_BY_TRAP_BUDGET
+    recombined = spent and "max_query_recombinations" in str(record and record["detail"])
     lines.append(("trap budget", (
         f"shape {url_shape(normalized)}: at most {budget} crawl actions a run on this origin's "
         f"URLs of this shape found more than {config.traps.shape_depth_slack} links deeper than "
         "the shallowest (traps.max_actions_per_shape)"
-        + (", spent when this URL's turn came" * spent)
+        + (", spent when this URL's turn came" * (spent and not recombined))
     ) if budget else "off (traps.max_actions_per_shape = 0)"))
+    lines.append(("recombined", (
+        f"at most {recombinations} URLs a run of this path whose query (two parameters or more) "
+        "brings no value new to it (traps.max_query_recombinations)"
+        + (", spent when this URL's turn came" * recombined)
+    ) if recombinations else "off (traps.max_query_recombinations = 0)"))
     refused = refusal(normalized, depth, policy, rules)  # as the crawl decides it
     if not in_scope:
         final = "not crawled: out of scope"

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote_plus
+from urllib.parse import parse_qsl, unquote_plus
 
 import re2
 
@@ -176,21 +176,29 @@ def url_shape(url: str) -> str:
 @dataclass(slots=True)
 class ShapeBudget:
     """One origin's crawl actions this run per URL shape that keeps reappearing deeper in the link
-    graph: a calendar's or a counter's pages are found ever deeper, a catalogue's at a few depths.
+    graph (a calendar's or a counter's pages are found ever deeper, a catalogue's at a few
+    depths), and per path whose query only recombines values already seen (a faceted search).
 
     A URL more than `slack` links deeper than the shallowest URL of its shape crawled in this
-    run costs one action of its shape's budget (`limit`); once that is spent it is refused.
+    run costs one action of its shape's budget (`limit`); once that is spent it is refused. A
+    URL of two query parameters or more that brings no value new to its path (`?color=red&size=m`
+    once red and m were seen there) costs one of its path's `recombinations`: a search's filters
+    and orders multiply into thousands of URLs of a few values, a catalogue's ids are new.
     """
 
     limit: int
     slack: int = 0
+    recombinations: int = 0
     #: shape → [the shallowest depth crawled, the actions spent below depth + slack]
     shapes: dict[str, list[int]] = field(default_factory=dict)
+    #: path → (each query parameter's values seen, [the URLs that only recombined them])
+    queries: dict[str, tuple[dict[str, set[str]], list[int]]] = field(default_factory=dict)
 
     def spend(self, url: str, depth: int) -> Verdict:
         """Count a crawl action of url (found at link depth `depth`); refuse it once spent."""
-        if not self.limit:
-            return ALLOWED
+        verdict = self._recombined(url)
+        if not verdict.allowed or not self.limit:
+            return verdict
         shape = url_shape(url)
         seen = self.shapes.get(shape)
         if seen is None:
@@ -203,6 +211,33 @@ class ShapeBudget:
             return Verdict(False, f"trap: max_actions_per_shape {self.limit} spent on {shape}")
         seen[1] += 1
         return ALLOWED
+
+    def _recombined(self, url: str) -> Verdict:
+        if not self.recombinations:
+            return ALLOWED
+        path, query = _split(url)
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if len(pairs) < 2:
+            return ALLOWED
+        seen, spent = self.queries.setdefault(path, ({}, [0]))
+        novel = False
+        for name, value in pairs:
+            values = seen.setdefault(name, set())
+            if value not in values:
+                novel = True
+                if len(values) < _MAX_VALUES:  # past it, an id: its values are all new
+                    values.add(value)
+        if novel:
+            return ALLOWED
+        if spent[0] >= self.recombinations:
+            return Verdict(False, f"trap: max_query_recombinations {self.recombinations} spent "
+                                  f"on {path}?{'&'.join(f'{n}={{v}}' for n in sorted(seen))}")
+        spent[0] += 1
+        return ALLOWED
+
+
+#: a query parameter's values one path's recombination budget remembers (ShapeBudget)
+_MAX_VALUES = 10_000
 
 
 class Policy:

@@ -109,7 +109,7 @@ class Steering:
         """An origin crawler for `origin`, its first turn once its backoff is over."""
         traps, rules = self.config.traps, self.config.politeness
         crawler = OriginCrawler(origin, state, patience=rules.patience, shapes=ShapeBudget(
-            traps.max_actions_per_shape, traps.shape_depth_slack))
+            traps.max_actions_per_shape, traps.shape_depth_slack, traps.max_query_recombinations))
         if taken_over or state.robots_fetched is not None:
             # from another worker, or from an earlier crawl of this database (resumed after a
             # stop, a budget, kill -9): its last request may be recent, and is not stored
