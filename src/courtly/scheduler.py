@@ -85,7 +85,7 @@ class OriginCrawler:
     todo: list[Candidate] = field(default_factory=list)  # the next first
     own_next_request_at: float = 0.0  # see next_request_at
     response_times: tuple[float, ...] = ()  # the last 5, oldest first
-    last_rate_limited: float = 0.0
+    backoff_ends: float = 0.0  # monotonic end of the last backoff pause: quiet from then on
     pages_this_run: int = 0
     shapes: ShapeBudget = field(default_factory=lambda: ShapeBudget(0))  # crawl actions by shape
     finished: bool = False
@@ -519,8 +519,8 @@ def backoff(
     unavailable robots.txt: Retry-After (capped), else exponential backoff × jitter (1 to 1.5).
     Pure: reads the crawler, changes nothing."""
     level = crawler.state.backoff_level
-    if now - crawler.last_rate_limited > rules.backoff_forgive_after:
-        level = 0  # forgiven after a quiet period
+    if now - crawler.backoff_ends > rules.backoff_forgive_after:
+        level = 0  # forgiven after a quiet period (the pause itself is not one)
     level += 1
     if retry_after is not None:
         return level, min(retry_after, rules.retry_after_cap)
@@ -535,5 +535,4 @@ def backoff_jitter() -> float:
 def pause(crawler: OriginCrawler, level: int, seconds: float, now: float) -> None:
     """Apply a backoff decision: the origin stays away `seconds` from monotonic time `now`."""
     crawler.state.backoff_level = level
-    crawler.last_rate_limited = now
-    crawler.next_request_at = now + seconds
+    crawler.backoff_ends = crawler.next_request_at = now + seconds
