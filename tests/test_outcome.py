@@ -29,7 +29,7 @@ def crawler(
 ) -> OriginCrawler:
     state = OriginState("http://a.test", backoff_level=level, backoff_until=until)
     made = OriginCrawler("http://a.test", state, patience=patience)
-    made.last_rate_limited = last
+    made.backoff_ends = last
     return made
 
 
@@ -110,8 +110,9 @@ def test_a_rate_limit_pauses_the_origin(
     assert reading.exit_code is ExitCode.RATE_LIMITED
     assert reading.pause == pytest.approx(pause)
     assert reading.backoff_level == new_level
-    assert reading.detail == f"paused {reading.pause:.1f}s"
-    assert (origin.state.backoff_level, origin.last_rate_limited) == (level, last)  # untouched
+    capped = " (Retry-After 7000s capped)" if retry_after == "7000" else ""
+    assert reading.detail == f"paused {reading.pause:.1f}s{capped}"
+    assert (origin.state.backoff_level, origin.backoff_ends) == (level, last)  # untouched
 
 
 @pytest.mark.parametrize(("code", "backs_off"), [
@@ -158,8 +159,8 @@ DAY = 86400.0
         (ExitCode.REDIRECT, 301, 0, 5, False, LinkState.CRAWLED, 7 * DAY),
         (ExitCode.HTTP_CLIENT_ERROR, 404, 0, 5, False, LinkState.ERROR, DAY),
         (ExitCode.HTTP_SERVER_ERROR, 500, 0, 2, False, LinkState.ERROR, DAY),
-        (ExitCode.RATE_LIMITED, 429, 0, 5, True, LinkState.QUEUED, None),
-        (ExitCode.RATE_LIMITED, 429, 2, 5, False, LinkState.ERROR, DAY),  # out of retries
+        (ExitCode.RATE_LIMITED, 429, 0, 3, True, LinkState.QUEUED, None),  # patience kept
+        (ExitCode.RATE_LIMITED, 429, 2, 3, False, LinkState.ERROR, DAY),  # out of retries
         (ExitCode.TIMEOUT, None, 0, 2, True, LinkState.QUEUED, None),
         (ExitCode.NETWORK_ERROR, None, 1, 2, True, LinkState.QUEUED, None),
         (ExitCode.NETWORK_ERROR, None, 2, 2, False, LinkState.ERROR, DAY),  # 3 requests in all

@@ -207,8 +207,9 @@ def read(
     if status in (429, 503):
         wait = retry_after_seconds(result.headers.get("retry-after"), wall)
         level, seconds = backoff(crawler, wait, config.politeness, now, jitter)
-        return Reading(ExitCode.RATE_LIMITED, detail=f"paused {seconds:.1f}s", pause=seconds,
-                       backoff_level=level)
+        capped = f" (Retry-After {wait:.0f}s capped)" if wait is not None and wait > seconds else ""
+        return Reading(ExitCode.RATE_LIMITED, detail=f"paused {seconds:.1f}s{capped}",
+                       pause=seconds, backoff_level=level)
     if status >= 500 and status < 600:
         level, seconds = backoff(crawler, None, config.politeness, now, jitter)
         return Reading(ExitCode.HTTP_SERVER_ERROR, detail=f"backed off {seconds:.1f}s",
@@ -315,13 +316,15 @@ def settle(action: CrawlAction, crawler: OriginCrawler, config: CrawlConfig) -> 
     rules: Politeness = config.politeness
     code = action.exit_code
     patience, ending = crawler.patience, crawler.ending
-    if code in COSTS_PATIENCE:
+    answered = action.http_status is not None and code not in _NOT_A_SUCCESS
+    # a rate limit after another (or after a failure), no answer between: the server is down
+    again = code is ExitCode.RATE_LIMITED and crawler.state.backoff_level > 1
+    if code in COSTS_PATIENCE or again:
         patience -= 1
         ending = Ending(EndKind.OUT_OF_PATIENCE, f"out of patience after {code}: {action.detail}")
-    elif action.http_status is not None:
+    elif answered:
         patience, ending = rules.patience, None
     retry = code in RETRY_IN_RUN and action.candidate.attempts < rules.max_retries
-    answered = action.http_status is not None and code not in _NOT_A_SUCCESS
     reset = answered and bool(crawler.state.backoff_until or crawler.state.backoff_level)
     due = None if retry else interval(action, action.candidate, config.recrawl, config.robots)
     return Settlement(patience, ending, retry, reset, link_state(code, retry), due)
