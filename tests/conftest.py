@@ -84,6 +84,10 @@ def time_moved(seconds: float) -> dict[str, str]:
 #: the tests that make a database of an older schema
 UNDO_MIGRATIONS_11_12 = ("ALTER TABLE near_dup_keys DROP COLUMN sketch",
                          "DROP TABLE near_dup_recent", "DROP TABLE near_dup_filter")
+#: what migration 17 added (politeness across a restart), dropped by the tests that make a
+#: database of an older schema
+UNDO_MIGRATION_17 = ("ALTER TABLE origins DROP COLUMN last_request",
+                     "ALTER TABLE runs DROP COLUMN stopped")
 #: migration 13 undone on PostgreSQL (dropping `part` drops the keys that name it); SQLite's
 #: schema has nothing of it
 UNDO_MIGRATION_13 = (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from courtly.site import Page, html
 from courtly.store.schema import MIGRATIONS
-from tests.conftest import UNDO_MIGRATIONS_11_12, courtly, robots
+from tests.conftest import UNDO_MIGRATION_17, UNDO_MIGRATIONS_11_12, courtly, robots
 
 
 def test_check_explains_policy_robots_scope_and_state(serve, tmp_path: Path) -> None:
@@ -48,7 +48,7 @@ def test_a_database_of_schema_7_gets_the_robots_error_column(serve, tmp_path: Pa
     con.execute("ALTER TABLE content DROP COLUMN exchange")  # added by migration 9
     con.execute("DROP TABLE revisits")
     con.execute("ALTER TABLE leases DROP COLUMN epoch")  # added by migration 10
-    for statement in UNDO_MIGRATIONS_11_12:
+    for statement in (*UNDO_MIGRATIONS_11_12, *UNDO_MIGRATION_17):
         con.execute(statement)
     con.execute("UPDATE schema_version SET version = 7")
     con.commit()

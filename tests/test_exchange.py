@@ -11,7 +11,14 @@ from warcio.archiveiterator import ArchiveIterator
 
 from courtly.site import Page, html
 from courtly.store.schema import MIGRATIONS
-from tests.conftest import UNDO_MIGRATIONS_11_12, courtly, execute, rows, undo_migration_13
+from tests.conftest import (
+    UNDO_MIGRATION_17,
+    UNDO_MIGRATIONS_11_12,
+    courtly,
+    execute,
+    rows,
+    undo_migration_13,
+)
 from tests.hostile_server import HostileServer, routes
 
 BACKENDS = ("sqlite", "postgres")  # the `db` tests run on both (tests/conftest.py)
@@ -57,7 +64,7 @@ def test_a_database_of_schema_8_opens_and_crawls(serve, db: Any, tmp_path: Path)
     execute(db, *undo_migration_13(db),
             "ALTER TABLE content DROP COLUMN exchange", "DROP TABLE revisits",
             "ALTER TABLE leases DROP COLUMN epoch",  # added by migration 10
-            *UNDO_MIGRATIONS_11_12,
+            *UNDO_MIGRATIONS_11_12, *UNDO_MIGRATION_17,
             "UPDATE schema_version SET version = 8")  # as schema 8 left it
     out = tmp_path / "old.warc.gz"  # its pages have no exchange: resource records
     assert courtly("export", "--db", db, "--format", "warc", "--out", out).status == 0

@@ -11,7 +11,7 @@ from courtly.store.keyed import keyed
 from courtly.store.schema import MIGRATIONS
 from courtly.store.sql import FRESH_TODO
 from courtly.store.sqlite import SqliteStore
-from tests.conftest import UNDO_MIGRATIONS_11_12
+from tests.conftest import UNDO_MIGRATION_17, UNDO_MIGRATIONS_11_12
 
 ORG = "http://a.test"
 FRESH_QUERY = "EXPLAIN QUERY PLAN " + keyed(FRESH_TODO, False)  # SQLite's own statement
@@ -58,7 +58,7 @@ def test_a_database_of_schema_6_gets_the_covering_index_and_the_same_todo_list(
     con.execute("ALTER TABLE content DROP COLUMN exchange")  # added by migration 9
     con.execute("DROP TABLE revisits")
     con.execute("ALTER TABLE leases DROP COLUMN epoch")  # added by migration 10
-    for statement in UNDO_MIGRATIONS_11_12:
+    for statement in (*UNDO_MIGRATIONS_11_12, *UNDO_MIGRATION_17):
         con.execute(statement)
     con.execute("UPDATE schema_version SET version = 6")
     con.commit()

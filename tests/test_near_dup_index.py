@@ -14,7 +14,7 @@ from courtly.model import Candidate, CrawlAction, ExitCode, Link
 from courtly.store import open_store
 from courtly.store.base import Write
 from courtly.store.postgres import PostgresStore
-from tests.conftest import BAND_KEYS, execute, rows
+from tests.conftest import BAND_KEYS, UNDO_MIGRATION_17, execute, rows
 from tests.pgserver import PgUrl
 
 BACKENDS = ("sqlite", "postgres")
@@ -172,7 +172,8 @@ def test_keys_a_fleet_staged_before_are_merged_and_found(pg_url: PgUrl) -> None:
     execute(pg_url,  # a database of schema 14 as that version left it: its keys staged
             "INSERT INTO near_dup_recent (key, candidate, sketch, part) "
             "SELECT key, candidate, sketch, part FROM near_dup_keys",
-            "DELETE FROM near_dup_keys", "UPDATE schema_version SET version = 14")
+            "DELETE FROM near_dup_keys", *UNDO_MIGRATION_17,
+            "UPDATE schema_version SET version = 14")
     store = open_store(pg_url)  # migrated
     assert rows(pg_url, "SELECT COUNT(*) AS n FROM near_dup_recent") == [{"n": 0}]
     assert rows(pg_url, "SELECT COUNT(*) AS n FROM near_dup_keys") == [{"n": dedup.BANDS}]

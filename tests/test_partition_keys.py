@@ -12,7 +12,7 @@ from courtly.site import Page, html
 from courtly.store.postgres import PostgresStore
 from courtly.store.schema import HOT_TABLES, MIGRATIONS, PART_FROM_CANDIDATE, PART_FROM_URL
 from courtly.urls import origin_of, partition_of
-from tests.conftest import courtly, execute, rows, undo_migration_13
+from tests.conftest import UNDO_MIGRATION_17, courtly, execute, rows, undo_migration_13
 from tests.pgserver import PgUrl
 
 BACKENDS = ("sqlite", "postgres")  # the `db` tests run on both (tests/conftest.py)
@@ -122,7 +122,8 @@ def test_a_database_of_schema_12_opens_and_crawls(serve, db: Any, tmp_path: Path
     one, two = site.origins["one"], site.origins["two"]
     crawl(db, site.url("one"), site.url("two"))
     crawl(db)  # a recrawl: the same bodies are revisits of the kept ones
-    execute(db, *undo_migration_13(db), "UPDATE schema_version SET version = 12")
+    execute(db, *UNDO_MIGRATION_17, *undo_migration_13(db),
+            "UPDATE schema_version SET version = 12")
     postgres = str(db).startswith("postgresql://")
     if postgres:  # an origin whose partition was not stored yet: its rows are given it later
         execute(db, f"UPDATE origins SET part = NULL WHERE origin = '{two}'")

@@ -111,7 +111,7 @@ class Crawler:
                     self.warc.close()  # the last file, indexed
             if self.stats.stop is None:
                 self.stats.stop = Stop(StopKind.FINISHED, "finished: no origin has work left")
-                await self.db.call(self.store.finish_run, self.run_id)
+            await self.steering.end(self.run_id, self.stats.stop)
             try:
                 self.strategy.close()
             except StoreError:

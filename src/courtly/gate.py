@@ -65,6 +65,7 @@ class Gate:
     def _leave(self, origin: str, key: str, answered: float) -> None:
         crawler = self._crawlers.get(origin)
         if crawler is not None:
+            crawler.last_request = answered
             delay = delay_for(crawler, self._rules)
             crawler.next_request_at = max(crawler.next_request_at, answered + delay)
         else:

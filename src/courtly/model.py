@@ -207,3 +207,6 @@ class OriginState:
     metadata: dict[str, Any] = field(default_factory=dict)
     #: why the last robots.txt fetch failed, until one succeeds
     robots_error: str | None = None
+    #: when its last request was answered (wall clock), as the last process that stopped
+    #: cleanly left it; at a resume after kill -9, the resume's start (docs/reliability.md)
+    last_request: float | None = None

@@ -84,6 +84,7 @@ class OriginCrawler:
     robots_expires: float = 0.0  # monotonic time at which robots.txt must be fetched again
     todo: list[Candidate] = field(default_factory=list)  # the next first
     own_next_request_at: float = 0.0  # see next_request_at
+    last_request: float = 0.0  # monotonic: when its last request ended (0: none in this run)
     response_times: tuple[float, ...] = ()  # the last 5, oldest first
     backoff_ends: float = 0.0  # monotonic end of the last backoff pause: quiet from then on
     pages_this_run: int = 0

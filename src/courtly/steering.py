@@ -19,7 +19,7 @@ from courtly.config import CrawlConfig
 from courtly.model import OriginState
 from courtly.policy import Policy, ShapeBudget
 from courtly.scheduler import OriginCrawler, Turns, delay_for
-from courtly.stats import CrawlStats
+from courtly.stats import CrawlStats, Stop, StopKind
 from courtly.store.base import Store, Write
 from courtly.store.database import Database
 from courtly.urls import bare_host
@@ -74,6 +74,19 @@ class Steering:
             self.add(origin, await self.db.load_origin(origin))
         return run
 
+    async def end(self, run: int, stop: Stop) -> None:
+        """Every request of this process ended: record when each origin was last asked (a
+        resume waits only what is left of its delay), and a finished run. A failed crawl
+        records nothing (its resume waits every origin's whole delay); a fleet, its end."""
+        finished = stop.kind is StopKind.FINISHED
+        if stop.failed or (self.fleet is not None and not finished):
+            return
+        wall, now = clock.now(), time.monotonic()
+        last = {} if self.fleet is not None else {
+            c.origin: wall - (now - c.last_request)
+            for c in self.turns.crawlers.values() if c.last_request}
+        await self.db.call(self.store.end_run, run, last, finished)
+
     def jobs(self) -> list[Coroutine[Any, Any, None]]:
         """What runs beside the turns: the fleet's `follow`."""
         return [] if self.fleet is None else [self.fleet.follow(self)]
@@ -110,10 +123,12 @@ class Steering:
         traps, rules = self.config.traps, self.config.politeness
         crawler = OriginCrawler(origin, state, patience=rules.patience, shapes=ShapeBudget(
             traps.max_actions_per_shape, traps.shape_depth_slack, traps.max_query_recombinations))
-        if taken_over or state.robots_fetched is not None:
-            # from another worker, or from an earlier crawl of this database (resumed after a
-            # stop, a budget, kill -9): its last request may be recent, and is not stored
-            crawler.next_request_at = time.monotonic() + delay_for(crawler, rules)
+        # from another worker (its last request may be now), or from an earlier process of
+        # this crawl (a clean stop stored it; after kill -9, the resume's start: `begin_run`)
+        last = clock.now() if taken_over else state.last_request
+        if last is not None:
+            wait = last + delay_for(crawler, rules) - clock.now()
+            crawler.next_request_at = time.monotonic() + max(0.0, wait)
         self.turns.add(crawler, time.monotonic() + max(0.0, state.backoff_until - clock.now()))
 
     # -- what the fleet does (Fleet.follow) ------------------------------------------------

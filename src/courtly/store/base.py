@@ -73,7 +73,8 @@ class Store(Protocol):
         ...
 
     def begin_run(self) -> int:
-        """Resume the unfinished run, or start a new one; returns its id."""
+        """Resume the unfinished run, or start a new one; returns its id. Resumed after a
+        process that did not stop cleanly (kill -9), every origin counts as asked just now."""
         ...
 
     def make_due(self, run: int, now: float) -> None:
@@ -82,8 +83,9 @@ class Store(Protocol):
         worker joining the run, or a forced resume, does not undo their new due times."""
         ...
 
-    def finish_run(self, run: int) -> None:
-        """Mark the run finished: the next invocation starts a new one."""
+    def end_run(self, run: int, last_requests: dict[str, float], finished: bool) -> None:
+        """The run's process stopped cleanly: when each origin was last asked (wall clock),
+        and, `finished`, the run is over: the next invocation starts a new one."""
         ...
 
     def take_todo(self, origin: str, run: int, limit: int, now: float) -> list[Candidate]:

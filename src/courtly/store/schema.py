@@ -286,4 +286,8 @@ MIGRATIONS: list[list[str]] = [
     # 16: each worker's configuration that the fleet should share (distributed.shared_settings,
     # JSON), so that a worker joining with another one says so (SQLite has no fleet)
     [Postgres("ALTER TABLE workers ADD COLUMN IF NOT EXISTS settings TEXT")],
+    # 17: politeness across a restart (docs/reliability.md): when each origin was last asked
+    # (wall clock), and whether the run's last process stopped cleanly (else: it may be now)
+    ["ALTER TABLE origins ADD COLUMN last_request DOUBLE PRECISION",
+     "ALTER TABLE runs ADD COLUMN stopped DOUBLE PRECISION"],
 ]

@@ -101,7 +101,7 @@ _ORIGIN_COLUMNS: dict[str, Convert] = {
     "robots_body": _optional(_blob), "robots_status": _optional(int),
     "robots_fetched": _optional(_finite), "crawl_delay": _optional(_finite),
     "backoff_until": _finite, "backoff_level": int, "sitemaps": _url_list,
-    "metadata": _object, "robots_error": _optional(str),
+    "metadata": _object, "robots_error": _optional(str), "last_request": _optional(_finite),
 }
 
 
@@ -291,10 +291,13 @@ class SqlBase:
     def begin_run(self) -> int:
         with self._tx():
             row = self._x(
-                "SELECT id FROM runs WHERE finished IS NULL ORDER BY id DESC LIMIT 1"
+                "SELECT id, stopped FROM runs WHERE finished IS NULL ORDER BY id DESC LIMIT 1"
             ).fetchone()
             if row is not None:
                 run = int(row[0])
+                if row[1] is None:  # its last process was killed: it may have asked any origin
+                    self._x("UPDATE origins SET last_request = ?", (clock.now(),))
+                self._x("UPDATE runs SET stopped = NULL WHERE id = ?", (run,))
                 # URLs that were in a todo list or in flight at the stop are taken again
                 self._x(
                     "UPDATE candidates SET taken_run = NULL WHERE state = 'QUEUED' "
@@ -313,9 +316,12 @@ class SqlBase:
                     "AND next_due > ? AND (taken_run IS NULL OR taken_run <> ?)",
                     (now, now, run))
 
-    def finish_run(self, run: int) -> None:
+    def end_run(self, run: int, last_requests: dict[str, float], finished: bool) -> None:
         with self._tx():
-            self._x("UPDATE runs SET finished = ? WHERE id = ?", (clock.now(), run))
+            self._xmany("UPDATE origins SET last_request = ? WHERE origin = ?",
+                       [(at, origin) for origin, at in last_requests.items()])
+            column = "finished" if finished else "stopped"
+            self._x(f"UPDATE runs SET {column} = ? WHERE id = ?", (clock.now(), run))
 
 
 class SqlReads(SqlBase):
