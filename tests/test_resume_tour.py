@@ -7,6 +7,7 @@ server's log says when each request arrived and ended.
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import signal
 import subprocess
@@ -128,3 +129,41 @@ def test_stopped_at_random_moments_every_page_once_and_no_request_too_soon(
     assert len(done) == 2 * (PAGES + 1) and set(done.values()) == {1}
     assert [r["id"] for r in log] == list(range(1, len(log) + 1))  # no gap in the log
     assert rows(db, "PRAGMA integrity_check")[0]["integrity_check"] == "ok"
+
+
+def running(pid: int) -> bool:
+    """Whether a process is alive (a zombie waiting to be reaped is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_kill_9_while_a_page_is_parsed_leaves_no_page_worker_behind(serve, tmp_path: Path
+                                                                    ) -> None:
+    """kill -9 while the page worker parses a page slow to parse: the worker dies with the
+    crawl (before, the orphan parsed on for minutes, the watchdog being the crawl's, and held
+    the crawl's standard output and error open: a pipe from `courtly crawl` did not end)."""
+    slow = "<html><body>" + "<div></span>" * 400_000 + "</body></html>"  # quadratic in lexbor
+    site = serve({"a": {"/": Page(html("home", ["/slow"])), "/slow": Page(slow)}})
+    proc = courtly_process("crawl", site.url("a"), "--db", tmp_path / "crawl.db",
+                           "--min-delay", "0", "--progress", "off")
+    deadline = time.monotonic() + 20
+    while "/slow" not in fetched_paths(site, "a") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # its body read and sent to the worker
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    assert children, "no page worker"
+    proc.kill()
+    proc.wait(10)
+    deadline = time.monotonic() + 3
+    try:
+        while any(running(int(pid)) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(running(int(pid)) for pid in children), "the page worker outlived the crawl"
+    finally:
+        for pid in children:  # the orphan of a failed run, ours
+            if running(int(pid)):
+                os.kill(int(pid), signal.SIGKILL)
+        proc.communicate(timeout=10)  # the crawl's output pipes, which the orphan held open
