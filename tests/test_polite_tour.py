@@ -7,7 +7,7 @@ import itertools
 from pathlib import Path
 
 from courtly.site import Page, html
-from tests.conftest import candidates, courtly, rows
+from tests.conftest import candidates, courtly, robots, rows
 from tests.test_politeness import config, gaps
 
 BUSY = Page("busy", 503, {"Content-Type": "text/plain"})
@@ -67,3 +67,17 @@ def test_a_retry_after_of_a_day_is_capped_and_says_so(serve, db: Path, tmp_path:
     assert limited == {"exit_code": "RATE_LIMITED",
                        "detail": "paused 0.5s (Retry-After 86400s capped)"}
     assert ok["exit_code"] == "OK"
+
+
+def test_a_crawl_delay_above_the_cap_is_named_in_the_last_lines(serve, db: Path,
+                                                                tmp_path: Path) -> None:
+    """`Crawl-delay: 3600` was clamped to max_crawl_delay without a word: the user saw a site
+    crawled at one page every cap's seconds and could not tell why."""
+    site = serve({"a": {"/robots.txt": robots("User-agent: *\nCrawl-delay: 3600\n"),
+                        "/": Page(html("Home", ["/b"])), "/b": Page(html("B", []))},
+                  "b": {"/": Page(html("Other", []))}})
+    run = courtly("crawl", site.url("a"), site.url("b"), "--db", db, "--min-delay", "0",
+                  "--config", config(tmp_path, "[politeness]\nmax_crawl_delay = 0.2\n"))
+    assert run.status == 0, run.err
+    assert (f"courtly: 1 origin(s) asked a Crawl-delay above max_crawl_delay 0.2s, crawled "
+            f"at that delay: {site.origins['a']}: Crawl-delay 3600") in run.err

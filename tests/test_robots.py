@@ -23,6 +23,7 @@ from courtly.robots import (
     valid_product_token,
 )
 from courtly.robots_cache import INLINE_MATCH, INLINE_PARSE, RobotsCache
+from courtly.stats import CrawlStats
 from tests.robots_files import (
     cpu_seconds,
     hostile_robots,
@@ -471,7 +472,7 @@ def test_a_big_robots_txt_is_parsed_once_off_the_event_loop() -> None:
     loop keeps ticking; parsed on it, the file held it 0.15-0.2 s. The thread holds the GIL
     between switches: lags of 5-20 ms, at times 40-80 ms (measured under a load of 4-7)."""
     config = CrawlConfig(robots=Robots(max_size=4 << 20))
-    cache = RobotsCache(config, None)  # type: ignore[arg-type]  # no store needed to parse
+    cache = RobotsCache(config, None, CrawlStats())  # type: ignore[arg-type]  # no store to parse
     parses = []
     parse = cache._rules_for
 

@@ -66,7 +66,7 @@ class Crawler:
         self.gate = Gate(self.crawlers, config.politeness)  # whichever origin asks (gate.py)
         self.fetcher: Fetcher
         self._opened: set[str] = set()  # origins whose strategy.origin_opened was called
-        self.robots = RobotsCache(config, self.db)
+        self.robots = RobotsCache(config, self.db, self.stats)
         context = StoreContext(StrategyStore(self.db), self.turns.live_state)
         strategy.bind(context)
         self.links = Links(strategy, self.db, self.steering.policy, config.normalize,

@@ -69,6 +69,12 @@ class Progress:
             more = f"; and {len(early) - 3} more (-v logs each)" if len(early) > 3 else ""
             print(f"courtly: {len(early)} origin(s) stopped early: {listed}{more}",
                   file=sys.stderr)
+        clamped = list(stats.clamped.items())
+        if clamped:
+            listed = "; ".join(f"{origin}: Crawl-delay {asked:g}" for origin, asked in clamped[:3])
+            more = f"; and {len(clamped) - 3} more" if len(clamped) > 3 else ""
+            print(f"courtly: {len(clamped)} origin(s) asked a Crawl-delay above max_crawl_delay "
+                  f"{stats.clamped_to:g}s, crawled at that delay: {listed}{more}", file=sys.stderr)
 
 
 def print_stats(data: dict[str, Any]) -> None:

@@ -41,6 +41,7 @@ from courtly.urls import normalize, resolve
 
 if TYPE_CHECKING:
     from courtly.policy import Policy
+    from courtly.stats import CrawlStats
 
 log = logging.getLogger("courtly")
 
@@ -108,10 +109,11 @@ class RobotsChase:
 class RobotsCache:
     """Keeps each origin crawler's robots.txt rules current (crawler.robots, robots_expires)."""
 
-    def __init__(self, config: CrawlConfig, db: Database) -> None:
+    def __init__(self, config: CrawlConfig, db: Database, stats: CrawlStats) -> None:
         self.config = config
         self.rules = config.robots
         self.db = db
+        self.stats = stats
         #: (status, body) → its rules, least recently used first (many sites share one file)
         self._known: OrderedDict[tuple[int, bytes], tuple[bytes, RobotsRules]] = OrderedDict()
         #: the bodies being parsed in a thread
@@ -133,6 +135,7 @@ class RobotsCache:
             return False
         crawler.robots = await self._parse(state.robots_status, state.robots_body or b"")
         crawler.robots_expires = time.monotonic() + self.rules.expiry - age
+        self._clamped(crawler)
         return True
 
     async def fetch(self, crawler: OriginCrawler, get: Get) -> None:
@@ -214,6 +217,7 @@ class RobotsCache:
             if stale and state.robots_status is not None:
                 crawler.robots = await self._parse(state.robots_status, state.robots_body or b"")
                 crawler.robots_expires = time.monotonic() + min(rules.expiry, 60.0)
+                self._clamped(crawler)
             else:
                 crawler.robots = None  # unavailable: nothing is crawled until it recovers
                 crawler.patience -= 1
@@ -233,6 +237,16 @@ class RobotsCache:
         state.crawl_delay = crawler.robots.crawl_delay
         state.sitemaps = sitemap_urls(crawler.robots.sitemaps, crawler.origin)
         self.db.save_origin(state)
+        self._clamped(crawler)
+
+    def _clamped(self, crawler: OriginCrawler) -> None:
+        """A Crawl-delay above the cap, obeyed at the cap, is named in the crawl's last lines."""
+        asked = crawler.robots.crawl_delay if crawler.robots is not None else None
+        politeness = self.config.politeness
+        if asked is not None and asked > politeness.max_crawl_delay and (
+                politeness.crawl_delay_above_cap == "clamp"):
+            self.stats.clamped[crawler.origin] = asked
+            self.stats.clamped_to = politeness.max_crawl_delay
 
 
 def sitemap_urls(lines: list[str], origin: str) -> list[str]:

@@ -83,6 +83,9 @@ class CrawlStats:
     stop: Stop | None = None
     #: origins finished for a reason other than having no work left: origin → the reason
     stopped_early: dict[str, str] = field(default_factory=dict)
+    #: origins whose robots.txt asked a Crawl-delay above max_crawl_delay, obeyed at the cap
+    clamped: dict[str, float] = field(default_factory=dict)
+    clamped_to: float = 0.0  # that cap
     #: crawl actions, and errors (an exit code that leaves the candidate ERROR), by origin
     origin_actions: Counter[str] = field(default_factory=Counter)
     origin_errors: Counter[str] = field(default_factory=Counter)
