@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +95,26 @@ def test_a_bad_seed_in_a_seeds_file_is_named_with_its_line(tmp_path: Path) -> No
     one_line(courtly("crawl", "--seeds-file", seeds, "--db", tmp_path / "c.db"), 2,
              f"seeds file {seeds}, line 50001: invalid seed URL (its host name has an empty label)")
     assert not (tmp_path / "c.db").exists()
+
+
+def test_an_export_that_fails_leaves_the_older_file_as_it_was(tmp_path: Path) -> None:
+    """An export over an existing file that failed half-way (here: past the file size limit,
+    as a full disk would) left it cut short: the last good export was lost."""
+    db, out = tmp_path / "c.db", tmp_path / "out.jsonl"
+    seeds = [f"http://127.0.0.1:9/page-{i}" for i in range(2000)]
+    assert courtly("add-seeds", *seeds, "--db", db).status == 0
+    out.write_text("the last good export\n")
+    out.chmod(0o640)
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit: EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    run = subprocess.run([sys.executable, "-m", "courtly", "export", "--db", str(db),
+                          "--out", str(out)], capture_output=True, text=True,
+                         preexec_fn=limited, check=False)
+    assert run.returncode == 2 and run.stderr.startswith(f"courtly: cannot write {out}: "), run
+    assert out.read_text() == "the last good export\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.db", "out.jsonl"]
+    assert courtly("export", "--db", db, "--out", out).status == 0  # whole: replaced
+    assert len(out.read_text().splitlines()) == 2000 and out.stat().st_mode & 0o777 == 0o640

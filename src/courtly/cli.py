@@ -431,7 +431,7 @@ def export(db: str | None, fmt: str, out: str | None, warc_dir: str | None,
             if fmt == "warc":
                 export_warc(store, out, warc_dir, warc_max_size)
             elif out:
-                with open(out, "w", encoding="utf-8", newline="") as stream:
+                with written_whole(out, "w", encoding="utf-8", newline="") as stream:
                     write_records(stream, fmt, store.export())
             else:
                 write_records(sys.stdout, fmt, store.export())
@@ -457,7 +457,7 @@ def export_warc(store: Store, out: str | None, directory: str | None, max_size: 
         finally:
             files.close()
     elif out:
-        with open(out, "wb") as stream:
+        with written_whole(out, "wb") as stream:
             written, damaged = write_all(Archive(stream, Path(out).name), pages, revisits)
     else:
         written, damaged = write_all(Archive(sys.stdout.buffer, "-"), pages, revisits)
@@ -465,6 +465,27 @@ def export_warc(store: Store, out: str | None, directory: str | None, max_size: 
     if damaged:
         fail(f"damaged stored pages left out of the WARC file: {len(damaged)} ({written} "
              f"written), the first: {damaged[0]}", 1)
+
+
+@contextmanager
+def written_whole(path: str, mode: str, **options: Any) -> Iterator[Any]:
+    """The file --out names, written whole or not at all: into a file beside it, renamed over it
+    once complete (an export that fails leaves an older file as it was); a device or a pipe
+    (/dev/stdout) is written as it is. By hand: os.replace is the whole of it."""
+    target = Path(path)
+    if target.exists() and not target.is_file():
+        with open(path, mode, **options) as stream:
+            yield stream
+        return
+    part = target.with_name(f".{target.name}.{os.getpid()}.part")
+    try:
+        with open(part, mode, **options) as stream:
+            yield stream
+        if target.exists():  # its permissions kept
+            part.chmod(target.stat().st_mode & 0o7777)
+        os.replace(part, target)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def is_database_file(path: str, db: str) -> bool:
