@@ -7,7 +7,7 @@ import itertools
 from pathlib import Path
 
 from courtly.site import Page, html
-from tests.conftest import candidates, courtly, robots, rows
+from tests.conftest import candidates, courtly, courtly_process, robots, rows
 from tests.test_politeness import config, gaps
 
 BUSY = Page("busy", 503, {"Content-Type": "text/plain"})
@@ -81,3 +81,21 @@ def test_a_crawl_delay_above_the_cap_is_named_in_the_last_lines(serve, db: Path,
     assert run.status == 0, run.err
     assert (f"courtly: 1 origin(s) asked a Crawl-delay above max_crawl_delay 0.2s, crawled "
             f"at that delay: {site.origins['a']}: Crawl-delay 3600") in run.err
+
+
+def test_a_robots_expiry_shorter_than_the_delay_still_crawls(serve, db: Path,
+                                                            tmp_path: Path) -> None:
+    """`[robots] expiry` below the origin's delay: robots.txt had expired again whenever the
+    origin's turn came, so every turn fetched it and no page ever was (a livelock)."""
+    site = serve({"a": {"/robots.txt": robots("User-agent: *\nAllow: /\n"),
+                        "/": Page(html("Home", ["/b"])), "/b": Page(html("B", []))}})
+    proc = courtly_process("crawl", site.url("a"), "--db", db, "--min-delay", "0.3",
+                           "--config", config(tmp_path, "[robots]\nexpiry = 0.1\n"))
+    try:
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    paths = [h.path for h in site.hits_for("a")]
+    assert sorted(set(paths)) == ["/", "/b", "/robots.txt"], paths
+    assert paths.count("/robots.txt") <= 3, paths  # at most one a page: the delay runs

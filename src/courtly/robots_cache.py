@@ -230,11 +230,14 @@ class RobotsCache:
             self.db.save_origin(state)
             return
         body, crawler.robots = await self._shared(status, body)
-        crawler.robots_expires = time.monotonic() + rules.expiry
         crawler.ending = None
         state.robots_status, state.robots_body, state.robots_error = status, body, None
         state.robots_fetched = clock.now()
         state.crawl_delay = crawler.robots.crawl_delay
+        # not before the origin's next turn: an expiry shorter than its delay would have every
+        # turn fetch robots.txt again, and no page ever
+        crawler.robots_expires = time.monotonic() + max(
+            rules.expiry, 2 * delay_for(crawler, self.config.politeness))
         state.sitemaps = sitemap_urls(crawler.robots.sitemaps, crawler.origin)
         self.db.save_origin(state)
         self._clamped(crawler)
