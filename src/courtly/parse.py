@@ -295,49 +295,50 @@ def parse_html(
         if tags > PARSE_AS_IS:
             html = _nesting().flattened(html)
     tree = LexborHTMLParser(html)
-    root = tree.root
-    # every element read, in document order, in one walk of the tree: a tags() call walks it
-    # all (40 us on a Rust documentation page), and there were eight
-    nodes = _selector().find(_READ, root) if root is not None else []
-    links = page.links
+    # each element name read by its own tags() walk (document order): lexbor's walk by tag name
+    # costs a sixth of its CSS selectors' (one find() of the eight names took 805,000
+    # instructions on a Rust documentation page, the six tags() here 382,000)
+    _read_links(tree, page.links, max_links, want_anchors)
     robot_names = ("robots", token)
-    mains: list[LexborNode] = []
-    articles: list[LexborNode] = []
-    for node in nodes:
-        tag = node.tag
-        if tag == "a" or tag == "area":
-            attrs = node.attributes
-            if "href" not in attrs or len(links) >= max_links:
-                continue
-            rel = attrs.get("rel")  # usually absent
-            nofollow = rel is not None and "nofollow" in rel.lower().split()
-            text = node.text(strip=True)[:_MAX_ANCHOR] if want_anchors and tag == "a" else ""
-            links.append((attrs.get("href") or "", text, nofollow))
-        elif tag == "meta":
-            attrs = node.attributes
-            if "content" not in attrs:
-                continue
-            if (attrs.get("name") or "").strip().lower() in robot_names:
-                noindex, nofollow = robots_directives(attrs.get("content") or "", token)
-                page.noindex |= noindex
-                page.nofollow |= nofollow
-            elif page.refresh is None and \
-                    (attrs.get("http-equiv") or "").strip().lower() == "refresh":
-                page.refresh = refresh(attrs.get("content") or "")
-        elif tag == "title" and page.title is None:
-            page.title = node.text(strip=True)[:1000]
-        elif tag == "main":
-            mains.append(node)
-        elif tag == "article":
-            articles.append(node)
-        elif tag == "base" and page.base is None:
-            page.base = _href(node)
-        elif tag == "link" and page.canonical is None:
-            rels = (node.attributes.get("rel") or "").lower().split()
-            page.canonical = _href(node) if "canonical" in rels else None
+    for node in tree.tags("meta"):
+        attrs = node.attributes
+        if "content" not in attrs:
+            continue
+        if (attrs.get("name") or "").strip().lower() in robot_names:
+            noindex, nofollow = robots_directives(attrs.get("content") or "", token)
+            page.noindex |= noindex
+            page.nofollow |= nofollow
+        elif page.refresh is None and (attrs.get("http-equiv") or "").strip().lower() == "refresh":
+            page.refresh = refresh(attrs.get("content") or "")
+    titles = tree.tags("title")
+    page.title = titles[0].text(strip=True)[:1000] if titles else None
+    page.base = next(filter(_is_str, map(_href, tree.tags("base"))), None)
+    page.canonical = next(filter(_is_str, map(_canonical_href, tree.tags("link"))), None)
     if want_text:
-        page.text = main_text(tree, mains, articles)
+        page.text = main_text(tree)
     return page
+
+
+def _read_links(tree: LexborHTMLParser, links: list[PageLink], max_links: int,
+                want_anchors: bool) -> None:
+    """The page's first max_links `<a>` and `<area>` with an href, in document order."""
+    nodes = tree.tags("a")
+    if tree.tags("area") and (root := tree.root) is not None:  # rare: in order with the anchors
+        nodes = _selector().find("a, area", root)
+    for node in nodes:
+        attrs = node.attributes
+        if "href" not in attrs:
+            continue
+        if len(links) >= max_links:
+            return
+        rel = attrs.get("rel")  # usually absent
+        nofollow = rel is not None and "nofollow" in rel.lower().split()
+        text = node.text(strip=True)[:_MAX_ANCHOR] if want_anchors and node.tag == "a" else ""
+        links.append((attrs.get("href") or "", text, nofollow))
+
+
+def _is_str(value: str | None) -> bool:
+    return value is not None
 
 
 def _href(node: LexborNode) -> str | None:
@@ -346,9 +347,11 @@ def _href(node: LexborNode) -> str | None:
     return (attrs.get("href") or "").strip() if "href" in attrs else None
 
 
-#: the elements parse_html reads (in document order: the first base, canonical link and title
-#: count, and the links keep their order)
-_READ = "a, area, base, link, meta, title, main, article"
+def _canonical_href(node: LexborNode) -> str | None:
+    """A `<link>`'s href if it names the canonical URL (rel="canonical"), else None."""
+    rels = (node.attributes.get("rel") or "").lower().split()
+    return _href(node) if "canonical" in rels else None
+
 
 #: what is not a page's own content when it does not mark its main content
 _CHROME = ["nav", "header", "footer", "aside", "form", "script", "style", "noscript", "template"]
@@ -361,14 +364,12 @@ def _selector() -> LexborCSSSelector:
     return LexborCSSSelector()  # type: ignore[no-untyped-call]  # its stub lacks "-> None"
 
 
-def main_text(tree: LexborHTMLParser, mains: list[LexborNode],
-              articles: list[LexborNode]) -> str:
+def main_text(tree: LexborHTMLParser) -> str:
     """The text of the page's main content, what near-duplicates are judged on (not its chrome).
 
     The first `<main>` element; else the `<article>` elements; else the element with role=main;
     else the body without its navigation, header, footer, asides, forms, scripts and styles (the
-    tree loses them: call this last). mains, articles: the page's, found by parse_html's walk.
-    No query first for whether the page marks anything at
+    tree loses them: call this last). No query first for whether the page marks anything at
     all: it cost more than it saved (main_text took 35,000 instructions more a page on the
     benchmark's pages, which mark nothing, and 63,000 more on real ones). Nor a search of the
     raw bytes: a missed `b"<nav" in html` costs 12,000-16,000 instructions on a 5 KB page, a
@@ -377,9 +378,9 @@ def main_text(tree: LexborHTMLParser, mains: list[LexborNode],
     body, root = tree.body, tree.root
     if body is None or root is None:
         return ""
-    if mains:
+    if mains := tree.tags("main"):
         return mains[0].text(separator=" ", strip=True)
-    if articles:
+    if articles := tree.tags("article"):
         return " ".join(node.text(separator=" ", strip=True) for node in articles)
     roles = _selector().find(_ROLE_MAIN, root)
     if roles:
