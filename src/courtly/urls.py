@@ -121,6 +121,13 @@ for _code in range(256):
         _ESCAPES[_esc] = chr(_code) if chr(_code) in _UNRESERVED else "%" + _hex
 
 
+#: an escape normal form changes: a '%' that starts none (or with a lower-case hex digit), an
+#: unreserved character's (A-Z, a-z, 0-9, '-', '.', '_', '~'); a text without one is kept as it is
+#: (one search, where the substitution calls _fix_escape for every escape: a Rust playground
+#: link has a hundred, all in normal form)
+_CHANGED_ESCAPE = re.compile(r"%(?![0-9A-F]{2})|%(?:[46][1-9A-F]|[57][0-9A]|3[0-9]|2[DE]|5F|7E)")
+
+
 def _fix_escape(match: re.Match[str]) -> str:
     return _ESCAPES[match.group()]
 
@@ -128,7 +135,9 @@ def _fix_escape(match: re.Match[str]) -> str:
 def normalize_escapes(text: str) -> str:
     """Percent-escapes in normal form (robots.py compares rules and paths with it too):
     unreserved ones decoded, the others upper-cased, a '%' that starts none written "%25"."""
-    return _ESCAPE_RE.sub(_fix_escape, text) if "%" in text else text
+    if "%" not in text or _CHANGED_ESCAPE.search(text) is None:
+        return text
+    return _ESCAPE_RE.sub(_fix_escape, text)
 
 
 def _compiles(regex: str) -> bool:
