@@ -10,7 +10,7 @@ import string
 import numpy as np
 import numpy.typing as npt
 
-from courtly.dedup import BINS, PACK, SHINGLE, TEXT_LIMIT
+from courtly.dedup import BINS, SHINGLE, TEXT_LIMIT
 
 _EMPTY = 1 << 16  # a bin no shingle fell in (the values are 16-bit)
 #: ASCII punctuation as spaces, for UTF-8 bytes (no multi-byte sequence contains an ASCII byte)
@@ -42,6 +42,7 @@ _K1, _K2 = _u64(0x9E3779B97F4A7C15), _u64(0xC2B2AE3D27D4EB4F)
 _S27, _S30, _S31, _S48 = _u64(27), _u64(30), _u64(31), _u64(48)
 _BIN_MASK = np.array(BINS - 1, dtype=np.int64)  # BINS is a power of two; int64 to index with
 _NO_VALUES = np.full(BINS, _EMPTY, dtype=np.uint64)
+_PACKED = np.dtype("<u2")  # dedup.PACK's values: 16-bit, little-endian
 
 
 def _mix(h: U64) -> U64:
@@ -99,15 +100,14 @@ def signature(text: str, min_words: int) -> bytes | None:
     h = shingle_hashes(words)
     sig = _NO_VALUES.copy()
     np.minimum.at(sig, h.view(np.int64) & _BIN_MASK, h >> _S48)  # the bin from the low bits
-    values = sig.tolist()
-    if _EMPTY not in values:
-        return PACK.pack(*values)
-    # rotation densification: an empty bin takes the next filled bin's value, moved by the
-    # distance, so two pages with the same filled bins get the same values
-    out = list(values)
-    for i in np.flatnonzero(sig == _EMPTY).tolist():
-        step = 1
-        while values[(i + step) % BINS] == _EMPTY:
-            step += 1
-        out[i] = (values[(i + step) % BINS] + step * 0x9E37) & 0xFFFF
-    return PACK.pack(*out)
+    empty = np.flatnonzero(sig == _EMPTY)
+    if len(empty):
+        # rotation densification: an empty bin takes the next filled bin's value, moved by the
+        # distance, so two pages with the same filled bins get the same values
+        values = sig.tolist()
+        for i in empty.tolist():
+            step = 1
+            while values[(i + step) % BINS] == _EMPTY:
+                step += 1
+            sig[i] = (values[(i + step) % BINS] + step * 0x9E37) & 0xFFFF
+    return sig.astype(_PACKED).tobytes()  # PACK's layout, without a Python int a value
