@@ -84,6 +84,7 @@ _KNOWN = frozenset({
 })
 
 
+@functools.lru_cache(maxsize=64)  # a crawl meets a few labels (codecs.lookup: 4,000 instructions)
 def _valid_codec(label: str) -> str | None:
     """The codec of an encoding label as the WHATWG Encoding Standard reads it; None: unknown."""
     label = label.strip().lower()
@@ -112,7 +113,7 @@ def _encoding(body: bytes, content_type: str | None) -> tuple[str, int]:
         charset = _valid_codec(m2.group(1).decode("ascii"))
         if charset not in (None, "utf-16-le", "utf-16-be"):  # read in ASCII: not UTF-16
             return charset, 0
-    m2 = _META_CHARSET.search(body[:4096])
+    m2 = _META_CHARSET.search(body, 0, 4096)  # the first 4 KB, not copied
     charset = _valid_codec(m2.group(1).decode("ascii")) if m2 else None
     if charset in (None, "utf-16-le", "utf-16-be"):  # a meta read in ASCII can't be UTF-16
         charset = "utf-8"
