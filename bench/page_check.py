@@ -1,4 +1,4 @@
-"""Whether two courtly trees' `analyse_page` give the same results, byte for byte, on the bench pages.
+"""Whether two courtly trees' `analyse_page` give the same results, byte for byte, on bench pages.
 
     .venv/bin/python bench/page_check.py --old OLD_SRC [--new SRC] [--files LIST] [--pages N]
 
