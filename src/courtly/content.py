@@ -264,11 +264,11 @@ class ContentReader:
         """A similar enough OK page (MinHash signature of the text) makes this a duplicate.
         The signature stored is that of the page's last version seen as changed: one near it
         keeps it, so that small edits add up to a change (docs/recrawl.md)."""
+        keeps_last = action.similar_to_last and action.candidate.exit_code == ExitCode.OK
+        if similar is not None or not keeps_last:
+            action.near_signature = signature
         if similar is None:
-            if not (action.similar_to_last and action.candidate.exit_code == ExitCode.OK):
-                action.near_signature = signature
             return False
-        action.near_signature = signature
         action.exit_code = ExitCode.DUPLICATE_CONTENT
         action.duplicate_of, score = similar
         action.detail = f"near-duplicate: similarity {score:.2f}"

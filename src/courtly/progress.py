@@ -63,18 +63,18 @@ class Progress:
         print(f"courtly: {stats.stop_reason}. {_line(stats, self._whose)}", file=sys.stderr)
         if codes:
             print(f"courtly: exit codes: {codes}", file=sys.stderr)
-        early = list(stats.stopped_early.items())
-        if early:
-            listed = "; ".join(f"{origin}: {reason}" for origin, reason in early[:3])
-            more = f"; and {len(early) - 3} more (-v logs each)" if len(early) > 3 else ""
-            print(f"courtly: {len(early)} origin(s) stopped early: {listed}{more}",
-                  file=sys.stderr)
-        clamped = list(stats.clamped.items())
-        if clamped:
-            listed = "; ".join(f"{origin}: Crawl-delay {asked:g}" for origin, asked in clamped[:3])
-            more = f"; and {len(clamped) - 3} more" if len(clamped) > 3 else ""
-            print(f"courtly: {len(clamped)} origin(s) asked a Crawl-delay above max_crawl_delay "
-                  f"{stats.clamped_to:g}s, crawled at that delay: {listed}{more}", file=sys.stderr)
+        _origins_line("stopped early", stats.stopped_early, " (-v logs each)")
+        _origins_line(f"asked a Crawl-delay above max_crawl_delay {stats.clamped_to:g}s, crawled "
+                      "at that delay", {o: f"Crawl-delay {d:g}" for o, d in stats.clamped.items()})
+
+
+def _origins_line(what: str, origins: dict[str, str], more_note: str = "") -> None:
+    """One last line naming the first three origins of `what` with their reasons."""
+    if not origins:
+        return
+    listed = "; ".join(f"{origin}: {why}" for origin, why in list(origins.items())[:3])
+    more = f"; and {len(origins) - 3} more{more_note}" if len(origins) > 3 else ""
+    print(f"courtly: {len(origins)} origin(s) {what}: {listed}{more}", file=sys.stderr)
 
 
 def print_stats(data: dict[str, Any]) -> None:
